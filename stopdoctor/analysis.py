@@ -1,0 +1,90 @@
+"""Derived facts every check shares: the template's end-of-turn markers mapped to token ids, the
+turn headers, the runtimes' effective stop ids, and the base/instruct verdict.
+
+Computed once per model, before the checks run. Template errors propagate (the CLI turns them
+into exit 2): a template that cannot be rendered cannot be diagnosed.
+Imports: model, facts, template, runtimes, verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .facts import ModelFacts
+from .runtimes import RuntimeStops, effective_stops
+from .errors import TemplateError
+from .template import find_end_of_turn, find_turn_headers, render_chat
+from .verdict import Verdict, decide
+
+
+@dataclass(frozen=True)
+class EndOfTurn:
+    """The text a template writes after assistant content, and how the vocabulary encodes it."""
+
+    text: str
+    ids: tuple[int, ...]  # empty when the vocabulary cannot encode it (no tokenizer)
+    single_special: bool  # exactly one special token: the only form a stop id can match
+    known: bool  # False when the vocabulary is too incomplete to tell
+    evidence: str
+    template: str  # the template's name
+
+
+@dataclass
+class Analysis:
+    facts: ModelFacts
+    end_of_turn: list[EndOfTurn] = field(default_factory=list)
+    turn_headers: dict[str, str] = field(default_factory=dict)
+    writes_bos: bool = False
+    stops: list[RuntimeStops] = field(default_factory=list)
+    verdict: Verdict | None = None
+
+    @property
+    def end_of_turn_ids(self) -> set[int]:
+        return {e.ids[0] for e in self.end_of_turn if e.single_special}
+
+    def runtime(self, name: str) -> RuntimeStops:
+        return next(s for s in self.stops if s.runtime == name)
+
+    @property
+    def effective_ids(self) -> list[int]:
+        """Ids every runtime stops on is too strict; this is the union a user sees listed first:
+        the transformers set, which the model's own files define."""
+        return self.runtime("transformers").ids
+
+
+def analyze(facts: ModelFacts) -> Analysis:
+    analysis = Analysis(facts=facts)
+    template = facts.template
+    specials = facts.special_token_texts()
+    if template is not None:
+        known_special = list(facts.vocab.special_tokens)
+        for marker in find_end_of_turn(template.source, specials, known_special):
+            analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name))
+        analysis.turn_headers = find_turn_headers(template.source, specials)
+        bos = specials.get("bos_token")
+        analysis.writes_bos = bool(bos) and _writes_bos(template.source, bos, specials)
+    analysis.stops = effective_stops(facts)
+    all_stops = {i for s in analysis.stops for i in s.ids} | {d.id for d in facts.declared_for("eos") if d.id is not None}
+    analysis.verdict = decide(facts, analysis.end_of_turn_ids, all_stops)
+    return analysis
+
+
+def _writes_bos(source: str, bos: str, specials: dict[str, str]) -> bool:
+    try:
+        prompt = render_chat(source, [{"role": "user", "content": "Hi"}], add_generation_prompt=True, special_tokens=specials)
+    except TemplateError:
+        return False  # end-of-turn detection already rendered it; a failure here is a role it rejects
+    return prompt.startswith(bos)
+
+
+def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str) -> EndOfTurn:
+    vocab = facts.vocab
+    token_id = vocab.id_of(text)
+    if token_id is not None and vocab.is_special(token_id):
+        return EndOfTurn(text, (token_id,), True, True, evidence, template)
+    if vocab.tokenizer_file is not None or vocab.gguf_header is not None:
+        ids = tuple(vocab.tokenizer().encode(text, add_special_tokens=False).ids)
+        return EndOfTurn(text, ids, False, True, evidence, template)
+    # Only added tokens are known: a marker missing from them may still be special in the
+    # absent tokenizer.json, so say "unknown" rather than "not special".
+    return EndOfTurn(text, (token_id,) if token_id is not None else (), False, token_id is not None, evidence, template)

@@ -1,0 +1,47 @@
+"""Plain functions that run the pipeline and return results. No printing, no exiting.
+
+Imports: source, facts, analysis, checks, report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import Analysis, analyze
+from .checks import run_checks
+from .facts import ModelFacts, load_facts
+from .model import ModelSource
+from .report import Finding
+from .source import resolve
+
+# What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
+EXPECTED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    source: ModelSource
+    facts: ModelFacts
+    analysis: Analysis
+    findings: list[Finding]
+
+    @property
+    def missing_files(self) -> list[str]:
+        if self.source.kind == "gguf":
+            return []
+        return [name for name in EXPECTED_FILES if name not in self.source.files]
+
+    @property
+    def primary_runtime(self) -> str:
+        """The runtime whose stop ids are called "effective": the model's own format's runtime."""
+        return "llama.cpp" if self.source.kind == "gguf" else "transformers"
+
+
+def load(spec: str, revision: str | None = None) -> ModelFacts:
+    return load_facts(resolve(spec, revision))
+
+
+def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
+    facts = load(spec, revision)
+    analysis = analyze(facts)
+    return InspectResult(facts.source, facts, analysis, run_checks(analysis))

@@ -1,0 +1,110 @@
+"""The command line: typer only. Each command builds settings, calls `stopdoctor.api`, renders,
+and returns an exit code. Shared options are defined once here as `Annotated` aliases.
+
+Exit codes: 0 clean, 1 findings at/above --fail-on, 2 could not run (bad input), 3 internal error.
+Heavy modules are imported inside commands so that `stopdoctor --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError
+
+app = typer.Typer(
+    name="stopdoctor",
+    help="Diagnose LLM generation that never stops (runaway) or stops too early (truncated).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+ModelArg = Annotated[str, typer.Argument(help="Model folder, hub id (org/name) or .gguf file.", show_default=False)]
+RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+ColorOpt = Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off (default: auto; NO_COLOR is honoured).")]
+FailOnOpt = Annotated[str, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1: error, warning or info.")]
+
+F = TypeVar("F", bound=Callable[..., int | None])
+
+
+def say(message: str) -> None:
+    """Talk (progress, hints) goes to stderr; stdout carries data."""
+    print(message, file=sys.stderr)
+
+
+def handles_errors(command: F) -> F:
+    """Known errors become one line plus a hint and exit 2; anything else exits 3 with one line
+    (the traceback only when STOPDOCTOR_DEBUG is set)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            code = command(*args, **kwargs)
+        except StopdoctorError as error:
+            say(f"stopdoctor: error: {error.message}")
+            if error.hint:
+                say(f"hint: {error.hint}")
+            raise typer.Exit(error.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
+            if os.environ.get("STOPDOCTOR_DEBUG"):
+                raise
+            say(f"stopdoctor: internal error: {type(error).__name__}: {error}")
+            say("hint: rerun with STOPDOCTOR_DEBUG=1 for the traceback, and report it")
+            raise typer.Exit(EXIT_INTERNAL) from None
+        raise typer.Exit(code or 0)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_severity(text: str):
+    from ..report import Severity
+
+    try:
+        return Severity.parse(text)
+    except ValueError as error:
+        raise StopdoctorError(str(error)) from None
+
+
+def emit(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def color_for_stdout(color: bool | None) -> bool:
+    if color is not None:
+        return color
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def width_for_stdout() -> int:
+    import shutil
+
+    return max(60, min(shutil.get_terminal_size((100, 24)).columns, 160)) if sys.stdout.isatty() else 100
+
+
+from . import inspect as _inspect  # noqa: E402,F401  (registers commands)
+
+for _optional in ("render", "probe", "generate", "check"):
+    try:
+        __import__(f"{__name__}.{_optional}")
+    except ModuleNotFoundError as _missing:  # a command module not written yet
+        if _missing.name != f"{__name__}.{_optional}":
+            raise
+
+
+def main() -> None:
+    try:
+        app()
+    except SystemExit as exit_:
+        code = exit_.code
+        sys.exit(code if isinstance(code, int) else (EXIT_CANNOT_RUN if code else 0))

@@ -1,0 +1,59 @@
+"""`stopdoctor inspect` and `stopdoctor rules`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout
+
+
+@app.command()
+@handles_errors
+def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False, fail_on: FailOnOpt = "error",
+            color: ColorOpt = None) -> int:
+    """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
+    threshold = parse_severity(fail_on)
+    from ..api import inspect_model
+    from ..report import exit_code
+
+    result = inspect_model(model, revision)
+    if json:
+        from ..render.inspect_json import render_inspect_json
+
+        emit(render_inspect_json(result))
+    else:
+        from ..render.human import render_inspect_human
+
+        emit(render_inspect_human(result, color=color_for_stdout(color), width=width_for_stdout()))
+    return exit_code(result.findings, threshold)
+
+
+@app.command()
+@handles_errors
+def rules(code: Annotated[str | None, typer.Argument(help="A check code (SD101) or name to explain.")] = None,
+          json: JsonOpt = False, color: ColorOpt = None) -> int:
+    """List the checks, or explain one."""
+    from ..checks import REGISTRY, find
+    from ..errors import InputError
+
+    if code is not None:
+        found = find(code)
+        if found is None:
+            raise InputError(f"no check {code!r}", hint="`stopdoctor rules` lists them")
+        checks = [found]
+    else:
+        checks = [REGISTRY[c] for c in sorted(REGISTRY)]
+    if json:
+        import json as json_module
+
+        emit(json_module.dumps([
+            {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}
+            for c in checks
+        ], indent=2) + "\n")
+    else:
+        from ..render.human import render_rules_human
+
+        emit(render_rules_human(checks, color_for_stdout(color), width_for_stdout(), detail=code is not None))
+    return 0

@@ -1,0 +1,359 @@
+"""Read a `ModelSource` into one `ModelFacts`: every declared id, token, template and hint, each
+with the file and key it came from, so that a finding can point at the line to fix.
+
+Plain JSON / GGUF-header reading: no transformers, no torch.
+Imports: model, errors, vocab, gguf.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .model import ChatTemplate, Location, ModelSource, Sourced
+from .vocab import (
+    Vocabulary,
+    read_added_tokens_decoder,
+    read_added_tokens_json,
+    read_gguf_vocab,
+    read_tokenizer_json,
+)
+
+ROLES = ("bos", "eos", "pad", "unk", "eot", "eom")
+# Config files larger than this are not model configuration (tokenizer.json of big vocabularies
+# reaches ~35 MB); refusing protects the memory of a CI runner from a hostile folder.
+MAX_JSON_BYTES = 256 * 1024 * 1024
+MAX_TEXT_BYTES = 64 * 1024 * 1024
+# Nested configs of composite models (vision-language, encoder-decoder) that carry the text
+# model's ids; transformers' GenerationConfig.from_model_config looks at the same names.
+NESTED_TEXT_CONFIGS = ("text_config", "decoder", "generator", "language_config", "llm_config", "language")
+
+
+@dataclass(frozen=True)
+class DeclaredId:
+    """One declaration of a special id: `role` (eos, bos, pad, unk, eot, eom), the id (None when a
+    token text could not be mapped to an id), the token text when known, and where it was declared."""
+
+    role: str
+    id: int | None
+    text: str | None
+    location: Location
+
+
+@dataclass
+class ModelFacts:
+    source: ModelSource
+    documents: dict[str, Any] = field(default_factory=dict)  # parsed JSON per file name
+    vocab: Vocabulary = field(default_factory=Vocabulary)
+    declared: list[DeclaredId] = field(default_factory=list)
+    templates: list[ChatTemplate] = field(default_factory=list)
+    add_bos: Sourced[bool] | None = None
+    names: list[Sourced[str]] = field(default_factory=list)
+    architectures: list[str] = field(default_factory=list)
+    sampling: dict[str, Sourced[Any]] = field(default_factory=dict)
+    base_model: Sourced[str] | None = None
+    card_tags: list[str] = field(default_factory=list)
+    gguf: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    # --- convenient views -------------------------------------------------------------
+    def declared_for(self, role: str, file: str | None = None) -> list[DeclaredId]:
+        return [d for d in self.declared if d.role == role and (file is None or d.location.file == file)]
+
+    def token_text(self, role: str) -> str | None:
+        """The token text a template sees as `<role>_token` (as transformers passes it)."""
+        for file in ("tokenizer_config.json", "special_tokens_map.json"):
+            for declared in self.declared_for(role, file):
+                if declared.text is not None:
+                    return declared.text
+        for declared in self.declared_for(role):
+            if declared.id is not None and (text := self.vocab.text_of(declared.id)) is not None:
+                return text
+        return None
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        """The template a runtime uses when none is named."""
+        for template in self.templates:
+            if template.name == "default":
+                return template
+        return self.templates[0] if self.templates else None
+
+    @property
+    def has(self) -> set[str]:
+        return set(self.source.files)
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.gguf is not None
+
+    def special_token_texts(self) -> dict[str, str]:
+        out = {}
+        for role in ("bos", "eos", "pad", "unk"):
+            text = self.token_text(role)
+            if text is not None:
+                out[f"{role}_token"] = text
+        return out
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def load_json(path: Path, name: str) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"{name}: {size / 1e6:.0f} MB is too large for a configuration file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+            hint="runtimes fail to load this file too; fix the JSON syntax",
+        ) from exc
+    except RecursionError as exc:
+        raise InputError(f"{name}: JSON nested too deeply") from exc
+
+
+def load_text(path: Path, name: str) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_TEXT_BYTES:
+            raise InputError(f"{name}: {size / 1e6:.0f} MB is too large for a template or model card")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
+
+
+def load_facts(source: ModelSource) -> ModelFacts:
+    facts = ModelFacts(source=source)
+    if source.kind == "gguf":
+        _read_gguf(facts, next(iter(source.files.values())))
+        return facts
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "added_tokens.json", "chat_template.json", "tokenizer.json"):
+        if name in source.files:
+            document = load_json(source.files[name], name)
+            if not isinstance(document, dict):
+                raise InputError(f"{name}: expected a JSON object, found {type(document).__name__}")
+            facts.documents[name] = document
+    _read_vocab(facts)
+    _read_ids(facts)
+    _read_templates(facts)
+    _read_hints(facts)
+    return facts
+
+
+def _read_vocab(facts: ModelFacts) -> None:
+    vocab = facts.vocab
+    docs = facts.documents
+    if "tokenizer.json" in docs:
+        read_tokenizer_json(vocab, docs["tokenizer.json"], facts.source.files["tokenizer.json"])
+    decoder = docs.get("tokenizer_config.json", {}).get("added_tokens_decoder")
+    if isinstance(decoder, dict):
+        read_added_tokens_decoder(vocab, decoder)
+    if "added_tokens.json" in docs:
+        read_added_tokens_json(vocab, docs["added_tokens.json"])
+    size = docs.get("config.json", {}).get("vocab_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        vocab.declared_size = size
+
+
+def _id_values(value: Any, file: str, key: str) -> list[int] | None:
+    """An *_token_id value: int, list of ints, or null. Anything else is a file the runtimes reject."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    raise InputError(
+        f"{file}: {key} must be an integer or a list of integers, found {json.dumps(value)[:60]}",
+        hint="write the token id, e.g. \"eos_token_id\": [128001, 128009]",
+    )
+
+
+def _token_content(value: Any) -> str | None:
+    # tokenizer_config.json stores special tokens as a string or a serialized AddedToken.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _read_ids(facts: ModelFacts) -> None:
+    docs = facts.documents
+    for file in ("generation_config.json", "config.json"):
+        document = docs.get(file)
+        if document is None:
+            continue
+        scopes: list[tuple[str, Mapping[str, Any]]] = [("", document)]
+        if file == "config.json":
+            scopes += [(f"{name}.", document[name]) for name in NESTED_TEXT_CONFIGS if isinstance(document.get(name), dict)]
+        for prefix, scope in scopes:
+            for role in ("bos", "eos", "pad", "unk"):
+                key = f"{prefix}{role}_token_id"
+                ids = _id_values(scope.get(f"{role}_token_id"), file, key)
+                for token_id in ids or ():
+                    facts.declared.append(DeclaredId(role, token_id, facts.vocab.text_of(token_id), Location(file, key)))
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        document = docs.get(file)
+        if document is None:
+            continue
+        for role in ("bos", "eos", "pad", "unk"):
+            text = _token_content(document.get(f"{role}_token"))
+            if text is not None:
+                facts.declared.append(DeclaredId(role, facts.vocab.id_of(text), text, Location(file, f"{role}_token")))
+
+
+def _read_templates(facts: ModelFacts) -> None:
+    files = facts.source.files
+    # transformers loads chat_template.jinja in preference to the tokenizer_config.json entry.
+    if "chat_template.jinja" in files:
+        source = load_text(files["chat_template.jinja"], "chat_template.jinja")
+        facts.templates.append(ChatTemplate("default", source, Location("chat_template.jinja")))
+    value = facts.documents.get("tokenizer_config.json", {}).get("chat_template")
+    location = Location("tokenizer_config.json", "chat_template")
+    if isinstance(value, str):
+        facts.templates.append(ChatTemplate("default", value, location))
+    elif isinstance(value, list):
+        for index, entry in enumerate(value):
+            if isinstance(entry, dict) and isinstance(entry.get("template"), str):
+                name = str(entry.get("name") or f"template-{index}")
+                facts.templates.append(ChatTemplate(name, entry["template"], Location(location.file, f"chat_template[{index}]")))
+    elif value is not None:
+        raise InputError("tokenizer_config.json: chat_template must be a string or a list of {name, template}")
+    processor = facts.documents.get("chat_template.json", {}).get("chat_template")
+    if isinstance(processor, str):
+        facts.templates.append(ChatTemplate("default", processor, Location("chat_template.json", "chat_template")))
+    for name, path in files.items():
+        if name.startswith("additional_chat_templates/"):
+            facts.templates.append(ChatTemplate(Path(name).stem, load_text(path, name), Location(name)))
+
+
+def _read_hints(facts: ModelFacts) -> None:
+    docs = facts.documents
+    config = docs.get("config.json", {})
+    if isinstance(config.get("_name_or_path"), str) and config["_name_or_path"]:
+        facts.names.append(Sourced(config["_name_or_path"], Location("config.json", "_name_or_path")))
+    if isinstance(config.get("architectures"), list):
+        facts.architectures = [a for a in config["architectures"] if isinstance(a, str)]
+    tokenizer_config = docs.get("tokenizer_config.json", {})
+    if isinstance(tokenizer_config.get("name_or_path"), str) and tokenizer_config["name_or_path"]:
+        facts.names.append(Sourced(tokenizer_config["name_or_path"], Location("tokenizer_config.json", "name_or_path")))
+    facts.names.append(Sourced(_spec_name(facts.source), Location("(model name)")))
+    generation = docs.get("generation_config.json", {})
+    for key in ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty"):
+        if key in generation:
+            facts.sampling[key] = Sourced(generation[key], Location("generation_config.json", key))
+    facts.add_bos = _add_bos(facts)
+    if "README.md" in facts.source.files:
+        card = _card_metadata(load_text(facts.source.files["README.md"], "README.md"))
+        base = card.get("base_model")
+        if isinstance(base, list):
+            base = base[0] if base else None
+        if isinstance(base, str):
+            facts.base_model = Sourced(base, Location("README.md", "base_model"))
+        tags = card.get("tags")
+        facts.card_tags = [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
+def _spec_name(source: ModelSource) -> str:
+    if source.kind == "hub":
+        return source.spec
+    if source.kind == "gguf":
+        return next(iter(source.files))
+    return source.root.resolve().name
+
+
+def _add_bos(facts: ModelFacts) -> Sourced[bool] | None:
+    tokenizer_config = facts.documents.get("tokenizer_config.json", {})
+    # transformers' Llama/Gemma tokenizer classes rebuild the post-processor from this flag.
+    if isinstance(tokenizer_config.get("add_bos_token"), bool):
+        return Sourced(tokenizer_config["add_bos_token"], Location("tokenizer_config.json", "add_bos_token"))
+    tokenizer = facts.documents.get("tokenizer.json")
+    if tokenizer is None:
+        return None
+    bos = facts.token_text("bos")
+    processor = tokenizer.get("post_processor")
+    processors = processor.get("processors", []) if isinstance(processor, dict) and processor.get("type") == "Sequence" else [processor]
+    for proc in processors:
+        if isinstance(proc, dict) and proc.get("type") == "TemplateProcessing":
+            single = proc.get("single") or []
+            first = single[0] if single else {}
+            special = first.get("SpecialToken") if isinstance(first, dict) else None
+            adds = bool(special) and (bos is None or special.get("id") == bos)
+            return Sourced(adds, Location("tokenizer.json", "post_processor.single"))
+    return Sourced(False, Location("tokenizer.json", "post_processor"))
+
+
+def _card_metadata(text: str) -> dict[str, Any]:
+    """The few keys we need from a model card's YAML front matter (no YAML dependency)."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    out: dict[str, Any] = {}
+    current: str | None = None
+    for line in lines[1:200]:
+        if line.strip() == "---":
+            break
+        if line.startswith((" ", "-", "\t")) and current is not None:
+            item = line.strip()
+            if item.startswith("- "):
+                value = item[2:].strip().strip("'\"")
+                if not isinstance(out.get(current), list):
+                    out[current] = []
+                out[current].append(value)
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            current = None
+            continue
+        current = key.strip()
+        value = value.strip().strip("'\"")
+        out[current] = value if value else []
+    return out
+
+
+def _read_gguf(facts: ModelFacts, path: Path) -> None:
+    from .gguf import read_header
+
+    header = read_header(path)
+    facts.gguf = header
+    read_gguf_vocab(facts.vocab, header)
+    file = path.name
+    for role in ROLES:
+        key = f"tokenizer.ggml.{role}_token_id"
+        value = header.get(key)
+        if isinstance(value, int):
+            facts.declared.append(DeclaredId(role, value, facts.vocab.text_of(value), Location(file, key)))
+    if header.chat_template is not None:
+        facts.templates.append(ChatTemplate("default", header.chat_template, Location(file, "tokenizer.chat_template")))
+    for name, source in (header.named_chat_templates or {}).items():
+        facts.templates.append(ChatTemplate(name, source, Location(file, f"tokenizer.chat_template.{name}")))
+    for key in ("general.name", "general.finetune", "general.basename"):
+        value = header.get(key)
+        if isinstance(value, str) and value:
+            facts.names.append(Sourced(value, Location(file, key)))
+    facts.names.append(Sourced(path.name, Location("(file name)")))
+    if header.architecture:
+        facts.architectures = [header.architecture]
+    if header.add_bos is not None:
+        facts.add_bos = Sourced(bool(header.add_bos), Location(file, "tokenizer.ggml.add_bos_token"))
+    base = header.get("general.base_model.0.name")
+    if isinstance(base, str):
+        facts.base_model = Sourced(base, Location(file, "general.base_model.0.name"))

@@ -1,0 +1,168 @@
+"""Streaming text side of generation: incremental detokenization and stop-string matching.
+
+`IncrementalDetokenizer` turns token ids into text one id at a time, decoding only a small window
+of recent ids so the cost per token stays flat however long the output grows. `StopStringMatcher`
+finds stop strings in that text stream, including stops split across tokens, and holds back any
+tail that could still become a stop so that no part of a stop string is ever emitted.
+
+Imports only the standard library; the tokenizer is passed in (a `tokenizers.Tokenizer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tokenizers
+
+# What lossy UTF-8 decoding writes for bytes that do not (yet) form a character.
+REPLACEMENT_CHAR = "\ufffd"
+
+
+@dataclass(frozen=True)
+class StopHit:
+    """A stop string completed in the generated text.
+
+    `step` is the 0-based index of the generated token whose text completed it; `text_offset` is
+    where the stop string starts in the full decoded text (the output ends right before it).
+    """
+
+    stop: str
+    step: int
+    text_offset: int
+
+
+class IncrementalDetokenizer:
+    """Decode a stream of token ids into text, one id at a time, at constant cost per id.
+
+    The prefix/read offset trick of vLLM and TGI: decode the window `ids[prefix:]` and the already
+    emitted part `ids[prefix:read]`, and emit the difference. Decoding a window that starts one
+    token early (rather than only the new id) keeps decoders that drop a leading space on the first
+    token (SentencePiece "▁") and byte-level tokens right. A trailing U+FFFD means a byte-level token
+    ended inside a multi-byte character: the text before it is emitted, the rest waits until the
+    character completes (or `flush` at the end).
+    """
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer, skip_special_tokens: bool = False) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        # Only ids from the window start are kept; older ids are never decoded again.
+        self._window: list[int] = []
+        self._read = 0  # index in _window where the not-yet-final text starts
+        self._prefix_text = ""  # decode(_window[:_read])
+        self._emitted_pending = 0  # chars past _prefix_text already emitted while waiting on a char
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special)
+
+    def push(self, token_id: int) -> str:
+        """Add one generated id; return the text it completed (may be "")."""
+        self._window.append(token_id)
+        # Diff by length, as TGI does: decoders only append to what the window's prefix decoded to.
+        text = self._decode(self._window)
+        stable = text.rstrip(REPLACEMENT_CHAR)
+        start = len(self._prefix_text) + self._emitted_pending
+        new = stable[start:] if len(stable) > start else ""
+        if len(stable) < len(text):
+            # Waiting for the rest of a character: emit what is final, keep the window.
+            self._emitted_pending += len(new)
+            return new
+        # The window ends on a whole character: slide it so the next decode stays small.
+        self._window = self._window[self._read :]
+        self._read = len(self._window)
+        self._prefix_text = self._decode(self._window)
+        self._emitted_pending = 0
+        return new
+
+    def flush(self) -> str:
+        """End of generation: release text held for an incomplete character (as U+FFFD)."""
+        text = self._decode(self._window)
+        start = len(self._prefix_text) + self._emitted_pending
+        rest = text[start:]
+        self._window = []
+        self._read = 0
+        self._prefix_text = ""
+        self._emitted_pending = 0
+        return rest
+
+
+class StopStringMatcher:
+    """Find the first stop string in streamed text without ever emitting any part of it.
+
+    Keeps only a tail of the last max(len(stop)) - 1 characters to search across chunk
+    boundaries, so each `feed` costs O(len(new_text) + total stop length), not O(output length).
+    When several stops complete in the same chunk, the one that starts first wins (ties: the
+    shorter one, which completed first), so the least text is emitted.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        if any(not s for s in stops):
+            # An empty stop would match before the first character.
+            raise ValueError("stop strings must not be empty")
+        self.stops: tuple[str, ...] = tuple(dict.fromkeys(stops))
+        self._keep = max((len(s) for s in self.stops), default=1) - 1
+        self._tail = ""  # last `_keep` chars of the text seen so far
+        self._consumed = 0  # total chars fed
+        self._emitted = 0  # total chars released to the caller
+        self.hit: StopHit | None = None
+
+    def feed(self, new_text: str, step: int) -> tuple[str, StopHit | None]:
+        """Add the text of generated token `step`; return (text safe to emit, hit or None).
+
+        After a hit every further call returns ("", None): generation should have stopped.
+        """
+        if self.hit is not None or not self.stops:
+            if self.hit is None:
+                self._consumed += len(new_text)
+                self._emitted += len(new_text)
+                return new_text, None
+            return "", None
+        window = self._tail + new_text
+        window_start = self._consumed - len(self._tail)
+        self._consumed += len(new_text)
+
+        best: tuple[int, int, str] | None = None
+        # Any occurrence found must end inside new_text: one lying wholly in the tail would have
+        # been found by an earlier feed. Start the search where such an occurrence could begin.
+        for stop in self.stops:
+            idx = window.find(stop, max(0, len(self._tail) - len(stop) + 1))
+            if idx >= 0 and (best is None or (idx, len(stop)) < best[:2]):
+                best = (idx, len(stop), stop)
+        if best is not None:
+            idx, _, stop = best
+            # Held-back text always covers the start of a straddling stop, so idx >= emitted.
+            out = window[self._emitted - window_start : idx]
+            self._emitted = window_start + idx
+            self.hit = StopHit(stop=stop, step=step, text_offset=window_start + idx)
+            self._tail = ""
+            return out, self.hit
+
+        hold = self._held_back_len(window)
+        release_to = self._consumed - hold
+        out = ""
+        if release_to > self._emitted:
+            out = window[self._emitted - window_start : release_to - window_start]
+            self._emitted = release_to
+        self._tail = window[-self._keep :] if self._keep else ""
+        return out, None
+
+    def _held_back_len(self, window: str) -> int:
+        """Length of the longest suffix of `window` that is a proper prefix of some stop."""
+        longest = 0
+        for stop in self.stops:
+            for k in range(min(len(stop) - 1, len(window)), longest, -1):
+                if window.endswith(stop[:k]):
+                    longest = k
+                    break
+        return longest
+
+    def flush(self) -> str:
+        """End of generation without a hit: release the held-back text."""
+        if self.hit is not None:
+            return ""
+        held = self._consumed - self._emitted
+        out = self._tail[len(self._tail) - held :] if held else ""
+        self._emitted = self._consumed
+        return out

@@ -1,0 +1,43 @@
+"""Shared test setup: hermetic environment (no hub, HF cache in a temp dir), the repo root on
+sys.path for `fixtures`, synthetic model folders built once per session, the realworld folder."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Hermetic: never reach the hub, never read the developer's HF cache.
+_HF_HOME = tempfile.mkdtemp(prefix="stopdoctor-hf-")
+os.environ["HF_HOME"] = _HF_HOME
+os.environ["HF_HUB_CACHE"] = str(Path(_HF_HOME) / "hub")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ.pop("NO_COLOR", None)
+
+pytest_plugins = ["tests.realmodels_fixture"]
+
+REALWORLD = ROOT.parent / "shared" / "realworld"
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory) -> Path:
+    from fixtures.synth import build_all
+
+    root = tmp_path_factory.mktemp("synth")
+    build_all(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def realworld() -> Path:
+    if not REALWORLD.is_dir():
+        pytest.skip(f"{REALWORLD} is absent (it exists only in the development setup)")
+    return REALWORLD
