@@ -23,7 +23,7 @@ class EndOfTurn:
 
     text: str
     ids: tuple[int, ...]  # empty when the vocabulary cannot encode it (no tokenizer)
-    single_special: bool  # exactly one special token: the only form a stop id can match
+    single_special: bool  # always one token (special or added): the only form a stop id can match
     known: bool  # False when the vocabulary is too incomplete to tell
     evidence: str
     template: str  # the template's name
@@ -79,9 +79,10 @@ def _writes_bos(source: str, bos: str, specials: dict[str, str]) -> bool:
 
 def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str) -> EndOfTurn:
     vocab = facts.vocab
+    single = vocab.is_single_token(text)
+    if single is not None:
+        return EndOfTurn(text, (single,), True, True, evidence, template)
     token_id = vocab.id_of(text)
-    if token_id is not None and vocab.is_special(token_id):
-        return EndOfTurn(text, (token_id,), True, True, evidence, template)
     if vocab.tokenizer_file is not None or vocab.gguf_header is not None:
         ids = tuple(vocab.tokenizer().encode(text, add_special_tokens=False).ids)
         return EndOfTurn(text, ids, False, True, evidence, template)

@@ -19,6 +19,7 @@ from .vocab import (
     Vocabulary,
     read_added_tokens_decoder,
     read_added_tokens_json,
+    mark_declared_special,
     read_gguf_vocab,
     read_tokenizer_json,
 )
@@ -152,6 +153,7 @@ def load_facts(source: ModelSource) -> ModelFacts:
             facts.documents[name] = document
     _read_vocab(facts)
     _read_ids(facts)
+    _mark_special(facts)
     _read_templates(facts)
     _read_hints(facts)
     return facts
@@ -218,6 +220,15 @@ def _read_ids(facts: ModelFacts) -> None:
             text = _token_content(document.get(f"{role}_token"))
             if text is not None:
                 facts.declared.append(DeclaredId(role, facts.vocab.id_of(text), text, Location(file, f"{role}_token")))
+
+
+def _mark_special(facts: ModelFacts) -> None:
+    texts = [d.text for d in facts.declared if d.text is not None and d.location.file in ("tokenizer_config.json", "special_tokens_map.json")]
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        extra = facts.documents.get(file, {}).get("additional_special_tokens")
+        if isinstance(extra, list):
+            texts += [t for t in map(_token_content, extra) if t is not None]
+    mark_declared_special(facts.vocab, texts)
 
 
 def _read_templates(facts: ModelFacts) -> None:

@@ -60,6 +60,7 @@ class RuntimeStops:
     runtime: str
     stops: tuple[StopId, ...]
     rule: str  # how this runtime chose them, in one sentence
+    complete: bool = True  # False when a file this runtime reads is absent or names an unknown token
 
     @property
     def ids(self) -> list[int]:
@@ -92,21 +93,26 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
         return _gguf_stops(facts)
     generation = generation_eos(facts)
     tokenizer = tokenizer_eos(facts)
+    generation_known = "generation_config.json" in facts.documents or "config.json" in facts.documents
+    declared_tokenizer = [d for f in ("tokenizer_config.json", "special_tokens_map.json") for d in facts.declared_for("eos", f)]
+    tokenizer_known = bool(tokenizer) or (not declared_tokenizer and "tokenizer_config.json" in facts.documents)
     gen_file = "generation_config.json" if "generation_config.json" in facts.documents else "config.json"
     gen_is_list = isinstance(facts.documents.get("generation_config.json", {}).get("eos_token_id"), list)
     out = [
-        RuntimeStops("transformers", tuple(_stop_ids(generation)), f"{gen_file} eos_token_id only"),
+        RuntimeStops("transformers", tuple(_stop_ids(generation)), f"{gen_file} eos_token_id only", generation_known),
         RuntimeStops("vllm", tuple(_dedupe(_stop_ids(tokenizer) + _stop_ids(generation))),
-                     f"tokenizer eos plus {gen_file} eos_token_id"),
+                     f"tokenizer eos plus {gen_file} eos_token_id", generation_known and tokenizer_known),
         RuntimeStops(
             "tgi",
             tuple(_stop_ids(generation) if gen_is_list else _stop_ids(tokenizer)),
             "generation_config.json eos_token_id (a list)" if gen_is_list else "tokenizer eos (generation_config eos is not a list)",
+            True if gen_is_list else tokenizer_known,
         ),
     ]
     converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
     out.append(RuntimeStops("llama.cpp", tuple(_dedupe(_stop_ids(converted) + _eog_by_text(facts))),
-                            "after convert_hf_to_gguf: tokenizer eos plus tokens on llama.cpp's end-of-generation list"))
+                            "after convert_hf_to_gguf: tokenizer eos plus tokens on llama.cpp's end-of-generation list",
+                            tokenizer_known or bool(converted)))
     return out
 
 

@@ -27,6 +27,8 @@ class Vocabulary:
     by_text: dict[str, int] = field(default_factory=dict)
     by_id: dict[int, str] = field(default_factory=dict)
     special_ids: set[int] = field(default_factory=set)
+    # added tokens are matched whole by the tokenizer, special or not: each is one id
+    added_ids: set[int] = field(default_factory=set)
     # where each added/special token was declared, for evidence
     token_locations: dict[int, Location] = field(default_factory=dict)
     complete: bool = False
@@ -64,6 +66,13 @@ class Vocabulary:
     def is_special(self, token_id: int) -> bool:
         return token_id in self.special_ids
 
+    def is_single_token(self, text: str) -> int | None:
+        """The id when `text` is always encoded as one token (a special or added token)."""
+        token_id = self.id_of(text)
+        if token_id is not None and (token_id in self.special_ids or token_id in self.added_ids):
+            return token_id
+        return None
+
     def token(self, token_id: int) -> Token | None:
         text = self.text_of(token_id)
         return None if text is None else Token(token_id, text, self.is_special(token_id))
@@ -86,9 +95,9 @@ class Vocabulary:
     def _gguf_index(self) -> dict[str, int]:
         cache = getattr(self, "_gguf_index_cache", None)
         if cache is None:
-            cache = {}
-            for i, text in enumerate(self._gguf_tokens or ()):
-                cache.setdefault(text, i)
+            tokens = list(self._gguf_tokens or ())
+            # reversed so that the first id of a duplicated text wins, as in a linear search
+            cache = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
             self._gguf_index_cache = cache
         return cache
 
@@ -124,6 +133,7 @@ def _first_line(exc: BaseException) -> str:
 def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, location: Location) -> None:
     vocab.by_id.setdefault(token_id, text)
     vocab.by_text.setdefault(text, token_id)
+    vocab.added_ids.add(token_id)
     if special:
         vocab.special_ids.add(token_id)
     vocab.token_locations.setdefault(token_id, location)
@@ -152,6 +162,7 @@ def read_tokenizer_json(vocab: Vocabulary, data: Mapping[str, Any], path: Path) 
             # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
             vocab.by_id[entry["id"]] = entry["content"]
             vocab.by_text[entry["content"]] = entry["id"]
+            vocab.added_ids.add(entry["id"])
             if entry.get("special"):
                 vocab.special_ids.add(entry["id"])
             vocab.token_locations[entry["id"]] = location
@@ -179,6 +190,15 @@ def read_added_tokens_json(vocab: Vocabulary, data: Mapping[str, Any]) -> None:
 # GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user-defined.
 GGUF_CONTROL = 3
 GGUF_USER_DEFINED = 4
+
+
+def mark_declared_special(vocab: Vocabulary, texts: Iterable[str]) -> None:
+    """Tokens named as bos/eos/pad/unk or additional_special_tokens are special to transformers
+    whatever their `special` flag says."""
+    for text in texts:
+        token_id = vocab.id_of(text)
+        if token_id is not None:
+            vocab.special_ids.add(token_id)
 
 
 def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:

@@ -50,7 +50,7 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
         if not marker.single_special:
             continue
         token_id = marker.ids[0]
-        missing = [s.runtime for s in analysis.stops if token_id not in s.ids]
+        missing = [s.runtime for s in analysis.stops if s.complete and token_id not in s.ids]
         if not missing:
             continue
         stopping = [s.runtime for s in analysis.stops if token_id in s.ids]
@@ -90,7 +90,7 @@ def stop_ids_disagree(analysis: Analysis, self: Check):
     Declare the same set everywhere; generation_config.json `eos_token_id` as a list that contains
     the tokenizer's eos and the end-of-turn token.
     """
-    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES}
+    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES and s.complete}
     if len({tuple(v) for v in sets.values()}) <= 1 or analysis.facts.is_gguf:
         return
     union = sorted({i for ids in sets.values() for i in ids})
@@ -216,7 +216,7 @@ def eos_declarations_differ(analysis: Analysis, self: Check):
     facts = analysis.facts
     if facts.is_gguf:
         return
-    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES}
+    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES and s.complete}
     if len({tuple(v) for v in sets.values()}) > 1:
         return  # stop-ids-disagree reports it
     config = {d.id for d in facts.declared_for("eos", "config.json") if d.id is not None and "." not in (d.location.key or "")}

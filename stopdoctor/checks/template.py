@@ -167,13 +167,15 @@ def template_ignores_generation_prompt(analysis: Analysis, self: Check):
     messages = [{"role": "user", "content": "Hello"}]
     with_prompt = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=specials)
     without = render_chat(template.source, messages, add_generation_prompt=False, special_tokens=specials)
-    header = analysis.turn_headers.get("assistant", "").strip()
     # Llama-2/Mistral templates have no assistant header at all: the same output either way is
-    # their design. The defect is an assistant header written even when not asked for.
-    if with_prompt == without and header and without.rstrip().endswith(header):
-        yield self.finding(
-            f"the template ignores add_generation_prompt: it always ends with the assistant header {header!r}",
-            "wrap the assistant header in {% if add_generation_prompt %} … {% endif %}", template.location, header=header)
+    # their design. The defect is a turn opened after the user's end-of-turn even when not asked for.
+    marker = analysis.end_of_turn[0].text
+    if with_prompt == without and marker in without:
+        opened = without[without.rindex(marker) + len(marker):].strip()
+        if opened:
+            yield self.finding(
+                f"the template ignores add_generation_prompt: it always ends with an opened turn {opened!r}",
+                "wrap the assistant header in {% if add_generation_prompt %} … {% endif %}", template.location, header=opened)
 
 
 @check("SD206", "templates-differ", Severity.INFO)

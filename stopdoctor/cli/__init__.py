@@ -108,3 +108,7 @@ def main() -> None:
     except SystemExit as exit_:
         code = exit_.code
         sys.exit(code if isinstance(code, int) else (EXIT_CANNOT_RUN if code else 0))
+
+
+if __name__ == "__main__":
+    main()

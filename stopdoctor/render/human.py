@@ -42,7 +42,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     out.print("  stop ids")
     for stops in analysis.stops:
         parts = ", ".join(f"{s.id} {escape(s.text or '?')} [dim]({escape(str(s.location))})[/]" for s in stops.stops) or "[red]none[/]"
-        out.print(f"    {stops.runtime:<12} {parts}")
+        unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
+        out.print(f"    {stops.runtime:<12} {parts}{unsure}")
     out.print()
     if not result.findings:
         out.print("[green]No findings.[/]")

@@ -64,7 +64,7 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
             "runtime": primary.runtime,
             "sources": [{"id": s.id, "text": s.text, **location(s.location)} for s in primary.stops],
             "per_runtime": {
-                s.runtime: {"ids": s.ids, "rule": s.rule, "sources": [{"id": x.id, "text": x.text, **location(x.location)} for x in s.stops]}
+                s.runtime: {"ids": s.ids, "rule": s.rule, "complete": s.complete, "sources": [{"id": x.id, "text": x.text, **location(x.location)} for x in s.stops]}
                 for s in analysis.stops
             },
         },

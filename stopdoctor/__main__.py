@@ -1,0 +1,3 @@
+from stopdoctor.cli import main
+
+main()

@@ -1,0 +1,27 @@
+"""Small helpers shared by tests: run the CLI in-process and read its streams."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from typer.testing import CliRunner
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        return json.loads(self.stdout)
+
+
+def cli(*args: str, env: dict | None = None) -> Run:
+    from stopdoctor.cli import app
+
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Run(result.exit_code, result.stdout, result.stderr)

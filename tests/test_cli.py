@@ -1,0 +1,69 @@
+"""CLI-wide behaviour: rules docs, README rules table, colour, fast imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from stopdoctor.checks import REGISTRY
+from stopdoctor.render.human import rules_markdown
+
+from .helpers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_check_is_documented():
+    for check in REGISTRY.values():
+        assert check.summary, check.code
+        assert set(check.sections) == {"What it checks", "Why it matters", "Example", "Fix"}, check.code
+        assert all(body.strip() for body in check.sections.values()), check.code
+
+
+def test_readme_rules_table_is_current():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- rules:start -->") + len("<!-- rules:start -->")
+    end = readme.index("<!-- rules:end -->")
+    assert readme[start:end].strip() == rules_markdown(), (
+        "README rules table is stale; regenerate with: python -c "
+        "'from stopdoctor.render.human import rules_markdown; print(rules_markdown())'"
+    )
+
+
+def test_rules_lists_and_explains():
+    run = cli("rules")
+    assert run.code == 0
+    for check in REGISTRY.values():
+        assert check.code in run.stdout and check.name in run.stdout
+    detail = cli("rules", "end-of-turn-not-a-stop-id")
+    assert detail.code == 0
+    assert "SD101 end-of-turn-not-a-stop-id" in detail.stdout and "Why it matters" in detail.stdout
+    assert cli("rules", "--json", "SD104").json()[0]["name"] == "pad-is-eos"
+
+
+def test_colour_only_when_asked(synth_root):
+    plain = cli("inspect", str(synth_root / "llama3-eot-missing"))
+    assert "\x1b[" not in plain.stdout  # CliRunner is not a terminal
+    coloured = cli("inspect", "--color", str(synth_root / "llama3-eot-missing"))
+    assert "\x1b[" in coloured.stdout
+    no_color = cli("inspect", "--color", str(synth_root / "llama3-eot-missing"), env={"NO_COLOR": "1"})
+    assert "\x1b[" in no_color.stdout  # an explicit flag wins over the environment
+
+
+def test_static_commands_do_not_import_torch_or_transformers(synth_root):
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from stopdoctor.cli import app\n"
+        f"r = CliRunner().invoke(app, ['inspect', '--json', {str(synth_root / 'clean-chatml')!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "stopdoctor.cli", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "inspect" in out.stdout
