@@ -10,7 +10,8 @@ The rules, as read from each runtime's source:
 - vLLM: the tokenizer's eos id, plus every id of the generation config's `eos_token_id`
   (`SamplingParams.update_from_generation_config` adds them as stop_token_ids); the generation
   config comes from generation_config.json, else config.json (`try_get_generation_config`).
-  `--generation-config vllm` drops the second part.
+  `--generation-config vllm` does not drop these ids: it only stops the generation config's
+  sampling defaults from being applied (`ModelConfig.get_diff_sampling_param`).
 - TGI: the generation config's `eos_token_id` when it is a list, else the tokenizer's eos
   (router `HubTokenizerConfig`/`GenerationConfig` handling in launcher/router).
 - llama.cpp (and Ollama, which runs it): every end-of-generation (EOG) id: the GGUF eos, eot and

@@ -23,6 +23,7 @@ if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) does not put 
 from fixtures import synth  # noqa: E402
 
 CHECK_NAMES = {
+    "eos-declarations-differ",
     "end-of-turn-not-a-stop-id",
     "stop-ids-disagree",
     "eos-id-invalid",

@@ -36,7 +36,7 @@ class Check:
     @property
     def sections(self) -> dict[str, str]:
         """The doc split at its headings: What it checks / Why it matters / Example / Fix."""
-        parts = re.split(r"^(What it checks|Why it matters|Example|Fix):\s*$", self.doc, flags=re.MULTILINE)
+        parts = re.split(r"^(What it checks|Why it matters|Example|Fix|How the runtimes decide \(source\)):\s*$", self.doc, flags=re.MULTILINE)
         return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
 
 
@@ -96,4 +96,4 @@ REGISTRY["SD000"] = Check(
     lambda analysis, check: (),
 )
 
-from . import kind, stops, template  # noqa: E402,F401  (registers the checks)
+from . import expect, kind, serving, stops, template  # noqa: E402,F401  (registers the checks)

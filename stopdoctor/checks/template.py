@@ -63,7 +63,7 @@ def template_never_closes_turn(analysis: Analysis, self: Check):
     runtime has a marker to stop on.
 
     Example:
-    `{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}` with nothing closing the
+    `{% for m in messages %}{{ m.role }}: {{ m.content }}\\n{% endfor %}` with nothing closing the
     assistant turn before the next `user:`.
 
     Fix:

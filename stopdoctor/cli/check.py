@@ -1,0 +1,114 @@
+"""`stopdoctor check`: the CI gate. Static checks on every configured model and the serving files
+deployed with it, in a format a CI system reads (human, json, sarif, junit, github).
+
+Settings: stopdoctor.toml / [tool.stopdoctor] < STOPDOCTOR_* variables < flags (see stopdoctor.config).
+Exit codes: 0 clean, 1 a finding at/above fail-on (0 with --exit-zero), 2 a model, serving file or
+the configuration could not be used (the other models are still reported), 3 internal error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, List, Optional  # typer reads these; `list[str] | None` trips its list parser
+
+import typer
+
+from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+
+ModelsArg = Annotated[Optional[List[str]], typer.Argument(
+    help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
+ServingOpt = Annotated[Optional[List[str]], typer.Option(
+    "--serving", help="Serving configuration deployed with the models (vLLM, Ollama Modelfile, llama.cpp, request); repeatable.",
+    show_default=False)]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: stopdoctor.toml or pyproject.toml, searched upward).")]
+FormatOpt = Annotated[str | None, typer.Option("--format", help="human, json, sarif, junit or github (default: human).", show_default=False)]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the document to this file instead of stdout.")]
+CheckFailOnOpt = Annotated[str | None, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1 (default: error).", show_default=False)]
+SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only these checks: codes, prefixes (SD1) or names; repeatable or comma-separated.", show_default=False)]
+IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these checks: codes, prefixes or names.", show_default=False)]
+LiveOpt = Annotated[bool, typer.Option("--live", help="Also run the generate probe (needs torch and the model weights).")]
+ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings reach --fail-on (2 and 3 still apply).")]
+
+
+@app.command()
+@handles_errors
+def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOpt = None, format: FormatOpt = None,
+          output: OutputOpt = None, fail_on: CheckFailOnOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
+          revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None) -> int:
+    """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
+    from ..config import load_settings, require_live, run_gate, with_flags
+
+    settings = with_flags(load_settings(config=config), models=models, revision=revision, serving=serving,
+                          fail_on=fail_on, select=select, ignore=ignore, format=format)
+    if settings.config_file is not None:
+        say(f"stopdoctor: config {settings.config_file}")
+    if live:
+        require_live()  # before the static run: a runner without torch should fail fast, not after minutes
+    report = run_gate(settings, live=live)
+    base = Path.cwd()
+    document = _render(settings.format, report, base, exit_zero, color if output is None else False)
+    if output is not None:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(document, encoding="utf-8")
+        except OSError as error:
+            from ..errors import InputError
+
+            raise InputError(f"{output}: cannot write: {error.strerror or error}") from None
+        say(f"stopdoctor: wrote {settings.format} report to {output}")
+    else:
+        emit(document)
+    _summarise(report, exit_zero)
+    return report.exit_code(exit_zero)
+
+
+def _render(format: str, report, base: Path, exit_zero: bool, color: bool | None) -> str:
+    if format == "json":
+        from ..render.check_json import render_check_json
+
+        return render_check_json(report, base, exit_zero)
+    if format == "sarif":
+        from ..render.sarif import render_sarif
+
+        return render_sarif(report, base)
+    if format == "junit":
+        from ..render.junit import render_junit
+
+        return render_junit(report, base)
+    if format == "github":
+        from ..render.github import render_github
+
+        return render_github(report, base)
+    return _human(report, color_for_stdout(color), width_for_stdout())
+
+
+def _human(report, color: bool, width: int) -> str:
+    """The inspect report of each model with the gate's findings (filtered, severities applied)."""
+    from ..render.human import render_inspect_human
+
+    parts = []
+    for model in report.models:
+        if model.result is not None:
+            parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width))
+        if model.error is not None:
+            hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
+            parts.append(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n")
+    return "\n".join(parts)
+
+
+def _summarise(report, exit_zero: bool) -> None:
+    from ..report import Severity
+
+    findings = report.findings
+    counts = ", ".join(f"{sum(1 for f in findings if f.severity == s)} {s.label}" for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
+    checked = len(report.models) - len(report.failed)
+    say(f"stopdoctor: {checked} of {len(report.models)} model(s) checked: {counts} (fail-on {report.fail_on.label})")
+    for model in report.failed:
+        say(f"stopdoctor: error: {model.error_line}")
+        if model.error.hint:
+            say(f"hint: {model.error.hint}")
+    if report.failed and checked:
+        say("stopdoctor: the other models are reported above; exit 2 because not every model could be checked")
+    elif exit_zero and any(f.severity >= report.fail_on for f in findings):
+        say("stopdoctor: --exit-zero: findings reach fail-on, exiting 0 anyway")

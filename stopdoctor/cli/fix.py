@@ -1,0 +1,49 @@
+"""`stopdoctor fix`: show (and with --write, apply) the safe mechanical fixes as a unified diff.
+
+Exit codes: 0 nothing to fix, or the fix was written; 1 a diff was shown but not written (so CI
+can detect "fix needed"); 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import ModelArg, RevisionOpt, app, emit, handles_errors, say
+
+ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
+KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]
+WriteOpt = Annotated[bool, typer.Option("--write", help="Write the changes (default: only show the diff).")]
+
+
+@app.command()
+@handles_errors
+def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write: WriteOpt = False,
+        revision: RevisionOpt = None) -> int:
+    """Show the safe fixes for stop defects as a diff; --write applies them."""
+    from ..api import inspect_model
+    from ..errors import InputError
+    from ..fix import plan_fixes
+    from ..serving import load_serving
+
+    config = load_serving(serving, kind) if serving is not None else None
+    result = inspect_model(model, revision)
+    plan = plan_fixes(result.analysis, config)
+    for note in plan.notes:
+        say(f"no safe fix: {note}")
+    if not plan.edits:
+        say("nothing to fix")
+        return 0
+    emit(plan.diff())
+    for edit in plan.edits:
+        say(f"{edit.label}: {edit.reason}")
+    if not write:
+        say("run again with --write to apply")
+        return 1
+    if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
+        raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
+    plan.write()
+    say(f"wrote {len(plan.edits)} file(s)")
+    return 0

@@ -1,0 +1,287 @@
+"""Mechanical fixes for defects that have exactly one safe change, as text edits with a diff.
+
+Model folder (SD101, end-of-turn not a stop id of transformers/vLLM/TGI):
+- generation_config.json exists: its `eos_token_id` value is replaced by a list of the old ids
+  plus the end-of-turn id(s); the key is added when absent. Only the bytes of that value change.
+- generation_config.json is absent but config.json exists: generation_config.json is created
+  with config.json's top-level bos/eos/pad ids and the end-of-turn id added to eos. A new file
+  rather than an edit of config.json, because TGI reads only a generation_config.json list.
+- GGUF files and hub models are not edited (a GGUF is binary; a hub model lives in the cache).
+
+Serving file (`--serving`):
+- Ollama Modelfile: a `PARAMETER stop "<end-of-turn>"` line after the last PARAMETER line.
+- vLLM: `--generation-config DIR` (or `generation-config:` in YAML) whose folder lacks the
+  end-of-turn id becomes `auto`, so the model's own (fixed) generation_config.json is used.
+- Request body: `"ignore_eos": true` becomes `false`.
+
+Nothing here prints. Imports: errors, analysis (as data), runtimes, serving.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
+    from .serving import ServingConfig
+
+HF_RUNTIMES = ("transformers", "vllm", "tgi")
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    path: Path  # the file to write
+    label: str  # the name shown in the diff
+    before: str | None  # None: the file is created
+    after: str
+    reason: str
+
+    def diff(self) -> str:
+        before = [] if self.before is None else self.before.splitlines(keepends=True)
+        after = self.after.splitlines(keepends=True)
+        lines = difflib.unified_diff(before, after, "/dev/null" if self.before is None else f"a/{self.label}",
+                                     f"b/{self.label}")
+        out = []
+        for line in lines:
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        return "".join(out)
+
+
+@dataclass(frozen=True)
+class FixPlan:
+    edits: tuple[FileEdit, ...]
+    notes: tuple[str, ...]  # defects found that have no safe mechanical fix
+
+    def diff(self) -> str:
+        return "".join(edit.diff() for edit in self.edits)
+
+    def write(self) -> None:
+        for edit in self.edits:
+            # newline="" keeps the file's own line endings: the edit text already carries them.
+            with open(edit.path, "w", encoding="utf-8", newline="") as handle:
+                handle.write(edit.after)
+
+
+# --- JSON text surgery ------------------------------------------------------------------------------
+
+_WS = " \t\r\n\ufeff"
+
+
+def top_level_spans(text: str) -> dict[str, tuple[int, int]]:
+    """Key → (start, end) character span of its value in a JSON object's text, top level only."""
+    return {key: (start, end) for key, (_, start, end) in _members(text).items()}
+
+
+def _members(text: str) -> dict[str, tuple[int, int, int]]:
+    """Key → (key start, value start, value end) for the top-level members of a JSON object."""
+    decoder = json.JSONDecoder()
+    i = _skip(text, 0)
+    if i >= len(text) or text[i] != "{":
+        raise ValueError("not a JSON object")
+    i += 1
+    spans: dict[str, tuple[int, int, int]] = {}
+    while True:
+        i = _skip(text, i)
+        if text[i] == "}":
+            return spans
+        if text[i] != '"':
+            raise ValueError(f"expected a key at {i}")
+        key_start = i
+        key, i = json.decoder.scanstring(text, i + 1)
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise ValueError(f"expected ':' at {i}")
+        start = _skip(text, i + 1)
+        _, end = decoder.raw_decode(text, start)
+        spans[key] = (key_start, start, end)
+        i = _skip(text, end)
+        if text[i] == ",":
+            i += 1
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def format_ids(ids: list[int], old_value: str) -> str:
+    """A JSON list of ids in the style of the value it replaces (one line, or one id a line)."""
+    if "\n" in old_value and old_value.startswith("["):
+        inner = re.search(r"\[\s*?\n([ \t]*)", old_value)
+        closing = re.search(r"\n([ \t]*)\]$", old_value)
+        indent = inner.group(1) if inner else "  "
+        return "[\n" + ",\n".join(f"{indent}{i}" for i in ids) + "\n" + (closing.group(1) if closing else "") + "]"
+    return "[" + ", ".join(str(i) for i in ids) + "]"
+
+
+def set_top_level_ids(text: str, key: str, ids: list[int]) -> str:
+    """Replace (or add) the top-level `key` with the list `ids`, changing no other byte."""
+    members = _members(text)
+    if key in members:
+        _, start, end = members[key]
+        return text[:start] + format_ids(ids, text[start:end]) + text[end:]
+    value = format_ids(ids, "")
+    brace = _skip(text, 0)
+    if not members:
+        newline = "\r\n" if "\r\n" in text else "\n"
+        close = text.index("}", brace)
+        return text[: brace + 1] + f'{newline}  "{key}": {value}{newline}' + text[close:]
+    first = min(k for k, _, _ in members.values())
+    between = text[brace + 1: first]  # the newline and indentation before the first key
+    return text[:first] + f'"{key}": {value},' + between + text[first:]
+
+
+def set_top_level_literal(text: str, key: str, literal: str) -> str:
+    start, end = top_level_spans(text)[key]
+    return text[:start] + literal + text[end:]
+
+
+# --- planning ---------------------------------------------------------------------------------------
+
+
+def plan_fixes(analysis: Analysis, serving: ServingConfig | None = None) -> FixPlan:
+    edits: list[FileEdit] = []
+    notes: list[str] = []
+    model_edit = _model_edit(analysis, notes)
+    if model_edit is not None:
+        edits.append(model_edit)
+    if serving is not None:
+        edits.extend(_serving_edits(analysis, serving, notes))
+    return FixPlan(tuple(edits), tuple(notes))
+
+
+def _missing_end_ids(analysis: Analysis) -> list[int]:
+    missing = []
+    for marker in analysis.end_of_turn:
+        if not marker.single_special:
+            continue
+        token_id = marker.ids[0]
+        if any(token_id not in s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES) and token_id not in missing:
+            missing.append(token_id)
+    return missing
+
+
+def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
+    facts = analysis.facts
+    missing = _missing_end_ids(analysis)
+    if not missing:
+        return None
+    if facts.is_gguf:
+        notes.append(f"the end-of-turn id(s) {missing} are not the GGUF eos; a GGUF is not edited: serve it with "
+                     f"llama.cpp --override-kv tokenizer.ggml.eot_token_id=int:{missing[0]} or an Ollama PARAMETER stop")
+        return None
+    source = facts.source
+    if source.kind != "folder":
+        notes.append(f"{source.spec} is a hub model: download it to a folder to fix generation_config.json "
+                     f"(eos_token_id must include {missing})")
+        return None
+    generation = source.files.get("generation_config.json")
+    if generation is not None:
+        text = generation.read_bytes().decode("utf-8")
+        document = facts.documents.get("generation_config.json", {})
+        current = _ids(document.get("eos_token_id"))
+        wanted = current + [i for i in missing if i not in current]
+        after = set_top_level_ids(text, "eos_token_id", wanted)
+        return FileEdit(generation, "generation_config.json", text, after,
+                        f"eos_token_id {current} → {wanted}: add the end-of-turn id(s) {missing}")
+    if "config.json" in source.files:
+        config = facts.documents.get("config.json", {})
+        current = _ids(config.get("eos_token_id"))
+        wanted = current + [i for i in missing if i not in current]
+        created: dict = {}
+        if isinstance(config.get("bos_token_id"), int):
+            created["bos_token_id"] = config["bos_token_id"]
+        created["eos_token_id"] = wanted
+        if isinstance(config.get("pad_token_id"), int):
+            created["pad_token_id"] = config["pad_token_id"]
+        after = json.dumps(created, indent=2) + "\n"
+        return FileEdit(source.root / "generation_config.json", "generation_config.json", None, after,
+                        f"create generation_config.json with eos_token_id {wanted} (config.json has {current})")
+    notes.append(f"no config.json or generation_config.json to fix; eos_token_id must include {missing}")
+    return None
+
+
+def _ids(value) -> list[int]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str]) -> list[FileEdit]:
+    from .serving import serving_findings
+
+    findings = serving_findings(analysis, serving)
+    codes = {f.code for f in findings}
+    text = serving.text
+    label = serving.path.name
+    if serving.kind == "ollama":
+        wanted = []
+        for finding in findings:
+            if finding.code == "SD401" and finding.evidence.get("end_of_turn") and finding.evidence["end_of_turn"] not in wanted:
+                wanted.append(finding.evidence["end_of_turn"])
+        if not wanted:
+            return []
+        after = _add_modelfile_stops(serving, wanted)
+        return [FileEdit(serving.path, label, text, after, f"add PARAMETER stop for {', '.join(wanted)}")]
+    if serving.kind == "request" and "SD405" in codes:
+        try:
+            after = set_top_level_literal(text, "ignore_eos", "false")
+        except (ValueError, KeyError) as exc:
+            raise InputError(f"{serving.path}: cannot edit ignore_eos: {exc}") from exc
+        return [FileEdit(serving.path, label, text, after, "ignore_eos true → false")]
+    if serving.kind == "vllm" and "SD401" in codes:
+        choice = str(serving.generation_config.value) if serving.generation_config else "auto"
+        if choice in ("auto", "vllm"):
+            return []  # the model's own generation_config.json is what needs the fix
+        after = _replace_vllm_generation_config(serving)
+        if after is None:
+            notes.append(f"{serving.path}: set --generation-config auto (the folder {choice} lacks the end-of-turn id)")
+            return []
+        return [FileEdit(serving.path, label, text, after, f"--generation-config {choice} → auto")]
+    for finding in findings:
+        if finding.code in ("SD401", "SD402", "SD405", "SD407") and serving.kind in ("llamacpp", "vllm"):
+            notes.append(f"{finding.code} {finding.name}: {finding.fix}")
+    return []
+
+
+def _add_modelfile_stops(serving: ServingConfig, stops: list[str]) -> str:
+    from .serving import _modelfile_commands
+
+    text = serving.text
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    parameter_lines = [line for cmd, _, line in _modelfile_commands(serving.path, text) if cmd.startswith("PARAMETER ")]
+    added = "".join(f"PARAMETER stop {json.dumps(stop, ensure_ascii=False)}{newline}" for stop in stops)
+    if parameter_lines:
+        at = max(parameter_lines)  # 1-based line of the last PARAMETER: insert after it
+        if not lines[at - 1].endswith(("\n", "\r")):
+            lines[at - 1] += newline
+        return "".join(lines[:at]) + added + "".join(lines[at:])
+    if text and not text.endswith(("\n", "\r")):
+        text += newline
+    return text + added
+
+
+def _replace_vllm_generation_config(serving: ServingConfig) -> str | None:
+    text = serving.text
+    if serving.path.suffix.lower() in (".yaml", ".yml"):
+        pattern = re.compile(r"(?m)^(\s*generation[-_]config\s*:\s*)(\S.*?)(\s*)$")
+    else:
+        pattern = re.compile(r"(--generation-config(?:=|\s+))('[^']*'|\"[^\"]*\"|[^\s\\]+)")
+    matches = list(pattern.finditer(text))
+    if len(matches) != 1:
+        return None
+    match = matches[0]
+    return text[: match.start(2)] + "auto" + text[match.end(2):]
