@@ -62,19 +62,28 @@ def analyze(facts: ModelFacts) -> Analysis:
             analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name))
         analysis.turn_headers = find_turn_headers(template.source, specials)
         bos = specials.get("bos_token")
-        analysis.writes_bos = bool(bos) and _writes_bos(template.source, bos, specials)
+        analysis.writes_bos = bool(bos) and _writes_bos(template.source, bos, specials, analysis.turn_headers)
     analysis.stops = effective_stops(facts)
     all_stops = {i for s in analysis.stops for i in s.ids} | {d.id for d in facts.declared_for("eos") if d.id is not None}
     analysis.verdict = decide(facts, analysis.end_of_turn_ids, all_stops)
     return analysis
 
 
-def _writes_bos(source: str, bos: str, specials: dict[str, str]) -> bool:
+BOS_SENTINEL = "\x00stopdoctor-bos\x00"
+
+
+def _writes_bos(source: str, bos: str, specials: dict[str, str], headers: dict[str, str]) -> bool:
+    """Whether the rendered prompt starts with bos: through the `bos_token` variable (seen by
+    swapping in a sentinel), or written literally, unless the literal is just a turn header that
+    happens to begin with the bos text (SmolLM2's bos is `<|im_start|>`)."""
     try:
-        prompt = render_chat(source, [{"role": "user", "content": "Hi"}], add_generation_prompt=True, special_tokens=specials)
+        prompt = render_chat(source, [{"role": "user", "content": "Hi"}], add_generation_prompt=True,
+                             special_tokens={**specials, "bos_token": BOS_SENTINEL})
     except TemplateError:
         return False  # end-of-turn detection already rendered it; a failure here is a role it rejects
-    return prompt.startswith(bos)
+    if prompt.startswith(BOS_SENTINEL):
+        return True
+    return prompt.startswith(bos) and not any(h.startswith(bos) for h in headers.values() if h)
 
 
 def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str) -> EndOfTurn:

@@ -21,7 +21,7 @@ from .vocab import (
     read_added_tokens_json,
     mark_declared_special,
     read_gguf_vocab,
-    read_tokenizer_json,
+    read_tokenizer_file,
 )
 
 ROLES = ("bos", "eos", "pad", "unk", "eot", "eom")
@@ -145,7 +145,7 @@ def load_facts(source: ModelSource) -> ModelFacts:
         _read_gguf(facts, next(iter(source.files.values())))
         return facts
     for name in ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "added_tokens.json", "chat_template.json", "tokenizer.json"):
+                 "added_tokens.json", "chat_template.json"):
         if name in source.files:
             document = load_json(source.files[name], name)
             if not isinstance(document, dict):
@@ -162,8 +162,8 @@ def load_facts(source: ModelSource) -> ModelFacts:
 def _read_vocab(facts: ModelFacts) -> None:
     vocab = facts.vocab
     docs = facts.documents
-    if "tokenizer.json" in docs:
-        read_tokenizer_json(vocab, docs["tokenizer.json"], facts.source.files["tokenizer.json"])
+    if "tokenizer.json" in facts.source.files:
+        read_tokenizer_file(vocab, facts.source.files["tokenizer.json"])
     decoder = docs.get("tokenizer_config.json", {}).get("added_tokens_decoder")
     if isinstance(decoder, dict):
         read_added_tokens_decoder(vocab, decoder)
@@ -296,11 +296,10 @@ def _add_bos(facts: ModelFacts) -> Sourced[bool] | None:
     # transformers' Llama/Gemma tokenizer classes rebuild the post-processor from this flag.
     if isinstance(tokenizer_config.get("add_bos_token"), bool):
         return Sourced(tokenizer_config["add_bos_token"], Location("tokenizer_config.json", "add_bos_token"))
-    tokenizer = facts.documents.get("tokenizer.json")
-    if tokenizer is None:
+    if facts.vocab.tokenizer_file is None:
         return None
     bos = facts.token_text("bos")
-    processor = tokenizer.get("post_processor")
+    processor = facts.vocab.post_processor
     processors = processor.get("processors", []) if isinstance(processor, dict) and processor.get("type") == "Sequence" else [processor]
     for proc in processors:
         if isinstance(proc, dict) and proc.get("type") == "TemplateProcessing":

@@ -7,6 +7,7 @@ Imports: model, errors.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ class Vocabulary:
     complete: bool = False
     declared_size: int | None = None
     tokenizer_file: Path | None = None
+    post_processor: dict | None = None  # tokenizer.json "post_processor", for add-bos detection
     gguf_header: Any = None
     # GGUF vocabularies: the ordinary token table, kept as a sequence (not a dict) for speed
     _gguf_tokens: Sequence[str] | None = None
@@ -102,27 +104,48 @@ class Vocabulary:
         return cache
 
     def tokenizer(self) -> tokenizers.Tokenizer:
-        """A `tokenizers.Tokenizer` for encoding; built on first use."""
+        """A `tokenizers.Tokenizer` for encoding (tokenizer.json's is loaded with the vocabulary;
+        a GGUF vocabulary is converted on first use, then cached)."""
         if self._tokenizer is None:
-            if self.tokenizer_file is not None:
-                import tokenizers
-
-                try:
-                    self._tokenizer = tokenizers.Tokenizer.from_file(str(self.tokenizer_file))
-                except Exception as exc:  # the library raises plain Exception subclasses
-                    raise InputError(
-                        f"{self.tokenizer_file.name}: cannot be loaded by the tokenizers library: {_first_line(exc)}"
-                    ) from exc
-            elif self.gguf_header is not None:
-                from .gguf import header_to_tokenizer
-
-                self._tokenizer = header_to_tokenizer(self.gguf_header)
-            else:
+            if self.gguf_header is None:
                 raise InputError(
                     "this model has no tokenizer.json (nor a GGUF vocabulary), so text cannot be encoded",
                     hint="add tokenizer.json to the model folder",
                 )
+            self._tokenizer = _cached_gguf_tokenizer(self.gguf_header)
         return self._tokenizer
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STOPDOCTOR_CACHE") or Path.home() / ".cache" / "stopdoctor")
+
+
+def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
+    """transformers' GGUF tokenizer conversion takes seconds (15 s for Gemma's 262k vocabulary);
+    its result depends only on the file, so it is kept as tokenizer JSON keyed by file identity."""
+    import hashlib
+
+    import tokenizers
+
+    from .gguf import header_to_tokenizer
+
+    stat = header.path.stat()
+    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}"
+    cached = cache_dir() / "gguf-tokenizers" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    if cached.is_file():
+        try:
+            return tokenizers.Tokenizer.from_file(str(cached))
+        except Exception:  # noqa: BLE001 - a damaged cache entry is rebuilt
+            cached.unlink(missing_ok=True)
+    tokenizer = header_to_tokenizer(header)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(tokenizer.to_str())
+        partial.replace(cached)
+    except OSError:
+        pass  # a read-only home only costs speed
+    return tokenizer
 
 
 def _first_line(exc: BaseException) -> str:
@@ -139,33 +162,34 @@ def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, locati
     vocab.token_locations.setdefault(token_id, location)
 
 
-def read_tokenizer_json(vocab: Vocabulary, data: Mapping[str, Any], path: Path) -> None:
-    """Fill `vocab` from a parsed tokenizer.json: the model vocabulary and the added tokens."""
+def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
+    """Fill `vocab` from tokenizer.json through the `tokenizers` library: one parse serves both
+    the vocabulary and later encoding (parsing the JSON ourselves too would cost as much again)."""
+    import json
+
+    import tokenizers
+
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises plain Exception subclasses
+        raise InputError(f"tokenizer.json: cannot be loaded by the tokenizers library: {_first_line(exc)}") from exc
     vocab.tokenizer_file = path
-    model = data.get("model") or {}
-    table = model.get("vocab")
-    if isinstance(table, dict):  # BPE, WordPiece, WordLevel
-        for text, token_id in table.items():
-            if isinstance(token_id, int):
-                vocab.by_id.setdefault(token_id, text)
-                vocab.by_text.setdefault(text, token_id)
-        vocab.complete = True
-    elif isinstance(table, list):  # Unigram: [[piece, score], ...]
-        for token_id, entry in enumerate(table):
-            if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], str):
-                vocab.by_id.setdefault(token_id, entry[0])
-                vocab.by_text.setdefault(entry[0], token_id)
-        vocab.complete = True
+    vocab._tokenizer = tokenizer
+    for text, token_id in tokenizer.get_vocab(with_added_tokens=False).items():
+        vocab.by_id.setdefault(token_id, text)
+        vocab.by_text.setdefault(text, token_id)
+    vocab.complete = True
     location = Location("tokenizer.json", "added_tokens")
-    for entry in data.get("added_tokens") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(entry.get("content"), str):
-            # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
-            vocab.by_id[entry["id"]] = entry["content"]
-            vocab.by_text[entry["content"]] = entry["id"]
-            vocab.added_ids.add(entry["id"])
-            if entry.get("special"):
-                vocab.special_ids.add(entry["id"])
-            vocab.token_locations[entry["id"]] = location
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
+        vocab.by_id[token_id] = added.content
+        vocab.by_text[added.content] = token_id
+        vocab.added_ids.add(token_id)
+        if added.special:
+            vocab.special_ids.add(token_id)
+        vocab.token_locations[token_id] = location
+    processor = tokenizer.post_processor
+    vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
 
 
 def read_added_tokens_decoder(vocab: Vocabulary, decoder: Mapping[str, Any]) -> None:

@@ -21,6 +21,7 @@ os.environ["HF_HUB_CACHE"] = str(Path(_HF_HOME) / "hub")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("NO_COLOR", None)
+os.environ["STOPDOCTOR_CACHE"] = tempfile.mkdtemp(prefix="stopdoctor-cache-")
 
 pytest_plugins = ["tests.realmodels_fixture"]
 

@@ -63,7 +63,7 @@ CASES = {
     "template with a huge loop": (lambda tmp: str(_model(tmp, _with_template("{% for i in range(10**9) %}{{ i }}{% endfor %}"))), "template"),
     "template with a huge output": (lambda tmp: str(_model(tmp, _with_template("{{ 'x' * 10**9 }}"))), "template"),
     "50 MB template": (lambda tmp: str(_model(tmp, _with_template("{# " + "x" * 50_000_000 + " #}" + CHATML))), "template"),
-    "malformed tokenizer.json": (lambda tmp: str(_model(tmp, {"config.json": {}, "tokenizer.json": "{not json"})), "tokenizer.json: invalid JSON"),
+    "malformed tokenizer.json": (lambda tmp: str(_model(tmp, {"config.json": {}, "tokenizer.json": "{not json"})), "tokenizer.json: cannot be loaded by the tokenizers library"),
     "not a GGUF despite the name": (lambda tmp: str(_model(tmp, {"m.gguf": b"PK\x03\x04 zip"}) / "m.gguf"), "GGUF"),
     "empty GGUF": (lambda tmp: str(_model(tmp, {"m.gguf": b""}) / "m.gguf"), "GGUF"),
     "truncated GGUF header": (lambda tmp: str(_model(tmp, {"m.gguf": _gguf_bytes()[:10]}) / "m.gguf"), "GGUF"),

@@ -1,0 +1,56 @@
+"""`stopdoctor probe-stop`: how stop strings tokenize in real contexts, and whether they fire in answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+
+
+@app.command("probe-stop")
+@handles_errors
+def probe_stop(
+    stops: Annotated[list[str] | None, typer.Argument(
+        help="Stop strings to probe; \\n, \\t, \\r and \\\\ are read as escapes.", show_default=False)] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model whose tokenizer to use (folder, hub id or .gguf).",
+                                              show_default=False)] = None,
+    corpus: Annotated[list[Path] | None, typer.Option(
+        "--corpus", help="Plain-text file of answers to search for false positives; the whole file is one "
+        "sample (repeatable).", show_default=False)] = None,
+    from_template: Annotated[bool, typer.Option(
+        "--from-template", help="Also probe the stop strings the model's template suggests (its user-turn header).")] = False,
+    fail_on_miss: Annotated[bool, typer.Option(
+        "--fail-on-miss", help="Exit 1 when a token-id match would miss a stop or a stop fires in the sample answers.")] = False,
+    revision: RevisionOpt = None,
+    json: JsonOpt = False,
+    color: ColorOpt = None,
+) -> int:
+    """Show how each stop string tokenizes after typical text, where an id match misses, and false positives."""
+    from ..errors import InputError
+
+    if model is None:
+        raise InputError("probe-stop needs --model: stop strings tokenize differently in every vocabulary",
+                         hint='e.g. stopdoctor probe-stop "\\nUser:" --model HuggingFaceTB/SmolLM2-135M-Instruct')
+    from ..api import load
+    from ..prompt import parse_escapes, probe_model, read_corpus
+
+    texts = [parse_escapes(s) for s in stops or []]
+    if not texts and not from_template:
+        raise InputError("no stop strings given", hint="give STOP arguments, or --from-template")
+    samples = [read_corpus(path) for path in corpus or []]
+    report = probe_model(load(model, revision), texts, from_template=from_template, corpus=samples,
+                         corpus_files=[str(p) for p in corpus or []])
+    for note in report.notes:
+        say(f"stopdoctor: {note}")
+    if json:
+        from ..render.probe_text import render_probe_json
+
+        emit(render_probe_json(report))
+    else:
+        from ..render.probe_text import render_probe_human
+
+        emit(render_probe_human(report, color=color_for_stdout(color), width=width_for_stdout()))
+    return 1 if fail_on_miss and report.failed else 0

@@ -1,0 +1,133 @@
+"""`stopdoctor render`: the fully templated prompt exactly as transformers builds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand
+
+from . import ColorOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+
+MessagesOpt = Annotated[Path | None, typer.Option(
+    "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]
+MessageOpt = Annotated[list[str] | None, typer.Option(
+    "-m", "--message", metavar="ROLE TEXT", help="A message as ROLE TEXT, e.g. -m user \"Hi\" (repeatable).",
+    show_default=False)]
+ToolsOpt = Annotated[Path | None, typer.Option("--tools", help="JSON list of tool schemas.", show_default=False)]
+TemplateOpt = Annotated[str | None, typer.Option(
+    "--template", help="Render with another template: a file, or a named template of the model (e.g. tool_use).",
+    show_default=False)]
+CompareOpt = Annotated[str | None, typer.Option(
+    "--compare", help="A template file or a second model (folder, hub id, .gguf): render the same messages "
+    "with it and show the differences.", show_default=False)]
+
+
+# typer cannot declare a repeatable option of two values, so `-m ROLE TEXT` is joined into one
+# value before parsing (NUL cannot occur in a command-line argument) and split in the command.
+_PAIR_SEPARATOR = "\x00"
+_MESSAGE_FLAGS = ("-m", "--message")
+
+
+class _RenderCommand(TyperCommand):
+    def parse_args(self, ctx, args: list[str]) -> list[str]:  # type: ignore[override]
+        joined: list[str] = []
+        i = 0
+        while i < len(args):
+            if args[i] == "--":
+                joined += args[i:]
+                break
+            if args[i] in _MESSAGE_FLAGS and i + 2 < len(args):
+                joined += [args[i], args[i + 1] + _PAIR_SEPARATOR + args[i + 2]]
+                i += 3
+                continue
+            joined.append(args[i])
+            i += 1
+        return super().parse_args(ctx, joined)
+
+
+def _message_pairs(values: list[str]) -> list[tuple[str, str]]:
+    from ..errors import InputError
+
+    pairs = []
+    for value in values:
+        role, sep, text = value.partition(_PAIR_SEPARATOR)
+        if not sep:
+            raise InputError(f"-m {role}: needs a role and a text", hint='e.g. -m user "What is the capital of France?"')
+        pairs.append((role, text))
+    return pairs
+
+
+@app.command(cls=_RenderCommand)
+@handles_errors
+def render(
+    model: ModelArg,
+    messages_file: MessagesOpt = None,
+    message: MessageOpt = None,
+    tools_file: ToolsOpt = None,
+    no_generation_prompt: Annotated[bool, typer.Option("--no-generation-prompt", help="Do not open an assistant turn at the end.")] = False,
+    continue_final_message: Annotated[bool, typer.Option("--continue-final-message", help="Leave the final message open for the model to continue.")] = False,
+    template: TemplateOpt = None,
+    compare: CompareOpt = None,
+    ids: Annotated[bool, typer.Option("--ids", help="Add the token table (index, id, token, special).")] = False,
+    revision: RevisionOpt = None,
+    json: JsonOpt = False,
+    color: ColorOpt = None,
+) -> int:
+    """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
+    from ..api import load
+    from ..errors import InputError
+    from ..prompt import (
+        SAMPLE_CONVERSATION,
+        compare_prompts,
+        load_conversations,
+        load_tools,
+        render_prompt,
+        select_template,
+        template_from_file,
+    )
+
+    if messages_file is not None and message:
+        raise InputError("give --messages or -m, not both")
+    if messages_file is not None:
+        conversations = load_conversations(messages_file)
+    elif message:
+        conversations = [[{"role": role, "content": text} for role, text in _message_pairs(message)]]
+    else:
+        conversations = [list(SAMPLE_CONVERSATION)]
+        say("stopdoctor: no messages given; rendering a sample conversation (system + user). "
+            "Use -m ROLE TEXT or --messages FILE.")
+    tools = load_tools(tools_file) if tools_file is not None else None
+
+    facts = load(model, revision)
+    chosen = select_template(facts, template, tools)
+    options = dict(tools=tools, add_generation_prompt=not no_generation_prompt,
+                   continue_final_message=continue_final_message)
+    rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
+
+    comparisons = None
+    if compare is not None:
+        other_path = Path(compare).expanduser()
+        if other_path.is_file() and other_path.suffix.lower() != ".gguf":
+            other_facts, other_template = facts, template_from_file(other_path)
+        else:
+            other_facts = load(compare, None)
+            other_template = select_template(other_facts, None, tools)
+        comparisons = [
+            compare_prompts(facts, left, other_facts,
+                            render_prompt(other_facts, left.messages, template=other_template, **options),
+                            model, compare)
+            for left in rendered
+        ]
+
+    if json:
+        from ..render.prompt_text import render_prompt_json
+
+        emit(render_prompt_json(rendered, comparisons))
+    else:
+        from ..render.prompt_text import render_prompt_human
+
+        emit(render_prompt_human(rendered, comparisons, show_ids=ids, color=color_for_stdout(color),
+                                 width=width_for_stdout()))
+    return 0

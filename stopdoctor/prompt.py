@@ -1,0 +1,551 @@
+"""Plain functions behind `stopdoctor render` and `stopdoctor probe-stop`: the fully templated
+prompt exactly as transformers builds it, a comparison of two templates on the same messages, and
+a stop-string probe with the model's own turn structure added. No printing, no exiting.
+
+Fidelity contract (transformers 5.x `apply_chat_template`): the text is what
+`apply_chat_template(..., tokenize=False)` returns, and the ids are what `tokenize=True` returns,
+which is the text encoded with `add_special_tokens=False`. So the ids never gain a BOS the
+template did not write; a template that writes `bos_token` while the tokenizer also adds one only
+doubles BOS when the text is encoded again with special tokens on (`tokenizer(text)`, or a
+llama.cpp server given the rendered text) — `RenderedPrompt.bos` says when that would happen.
+
+Imports: model, errors, facts, template, analysis, probe, api (the tokenizer comes from the
+vocabulary, i.e. the `tokenizers` library). Never transformers or torch: this is the static path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, TemplateError
+from .facts import ModelFacts, load_json, load_text
+from .model import ChatTemplate, Location
+
+# Used when the user gives no messages (the CLI says so on stderr).
+SAMPLE_CONVERSATION: list[dict[str, str]] = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+# transformers' SPECIAL_TOKENS_ATTRIBUTES: the names `special_tokens_map` passes to templates.
+_SPECIAL_TOKEN_NAMES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+# A template line quoted in an error message is cut to this many characters.
+_QUOTED_LINE_CHARS = 100
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs: messages, tools, templates
+# --------------------------------------------------------------------------------------------
+
+
+def _conversation(value: Any, where: str) -> list[dict]:
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        value = value["messages"]
+    if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
+        raise InputError(
+            f"{where}: expected a non-empty list of messages ({{\"role\": ..., \"content\": ...}})",
+            hint='e.g. [{"role": "user", "content": "Hi"}]',
+        )
+    return value
+
+
+def load_conversations(path: str | Path) -> list[list[dict]]:
+    """Read messages: a JSON list of messages (one conversation), a JSON list of such lists, an
+    object with "messages", or JSONL with one conversation (list or {"messages": [...]}) a line."""
+    path = Path(path)
+    text = load_text(path, path.name)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+        conversations = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"{path.name}: line {number} is not JSON: {exc.msg}",
+                    hint="give a JSON list of messages, or JSONL with one conversation a line",
+                ) from exc
+            conversations.append(_conversation(item, f"{path.name} line {number}"))
+        if not conversations:
+            raise InputError(f"{path.name}: holds no conversation")
+        return conversations
+    if isinstance(data, list) and data and all(isinstance(item, (list, dict)) for item in data) and all(
+        isinstance(item, list) or "messages" in item for item in data
+    ):
+        return [_conversation(item, f"{path.name} item {i}") for i, item in enumerate(data)]
+    return [_conversation(data, path.name)]
+
+
+def load_tools(path: str | Path) -> list[dict]:
+    """A JSON list of tool schemas (or one schema)."""
+    path = Path(path)
+    data = load_json(path, path.name)
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(tool, dict) for tool in data):
+        raise InputError(f"{path.name}: expected a JSON list of tool schemas")
+    return data
+
+
+def special_token_map(facts: ModelFacts) -> dict[str, str]:
+    """The named special tokens a template sees (`bos_token`, `eos_token`, ...), as
+    transformers' `special_tokens_map` gives them."""
+    out = dict(facts.special_token_texts())
+    for role in ("sep", "cls", "mask"):
+        for file in ("tokenizer_config.json", "special_tokens_map.json"):
+            value = facts.documents.get(file, {}).get(f"{role}_token")
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str):
+                out.setdefault(f"{role}_token", value)
+    return {f"{name}_token": out[f"{name}_token"] for name in _SPECIAL_TOKEN_NAMES if f"{name}_token" in out}
+
+
+def select_template(facts: ModelFacts, template: str | None = None, tools: list[dict] | None = None) -> ChatTemplate:
+    """The template transformers' `get_chat_template` would pick: a named one, the `tool_use`
+    template when tools are given, else the default. `template` may also be a file (a .jinja
+    text, or a JSON file with a "chat_template" key such as tokenizer_config.json)."""
+    names = {t.name: t for t in reversed(facts.templates)}  # first of each name wins
+    if template is None:
+        if tools is not None and "tool_use" in names:
+            return names["tool_use"]
+        if facts.template is None:
+            raise InputError(
+                f"{facts.source.spec}: has no chat template",
+                hint="pass one with --template FILE; a base model has no chat format",
+            )
+        return facts.template
+    if template in names:
+        return names[template]
+    path = Path(template).expanduser()
+    if path.is_file():
+        return template_from_file(path)
+    known = ", ".join(sorted(names)) or "none"
+    raise InputError(
+        f"--template {template}: not a template name of this model nor a file",
+        hint=f"named templates here: {known}",
+    )
+
+
+def template_from_file(path: Path) -> ChatTemplate:
+    if path.suffix.lower() == ".json":
+        data = load_json(path, path.name)
+        value = data.get("chat_template") if isinstance(data, dict) else None
+        if isinstance(value, list):
+            value = next((e.get("template") for e in value if isinstance(e, dict) and e.get("name") == "default"), None)
+        if not isinstance(value, str):
+            raise InputError(f"{path.name}: has no chat_template string")
+        return ChatTemplate(path.stem, value, Location(path.name, "chat_template"))
+    return ChatTemplate(path.stem, load_text(path, path.name), Location(str(path)))
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptToken:
+    index: int
+    id: int
+    text: str  # the decoded piece (what the token writes), not the vocabulary form
+    special: bool
+    start: int  # character span in the rendered text
+    end: int
+
+
+@dataclass(frozen=True)
+class SpecialSpan:
+    start: int
+    end: int
+    text: str
+    id: int | None
+
+
+@dataclass(frozen=True)
+class BosReport:
+    token: str | None
+    written_by_template: bool
+    tokenizer_adds_bos: bool | None
+    note: str | None  # set when re-encoding the text with special tokens would double BOS
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """One conversation rendered as transformers' apply_chat_template would render it."""
+
+    model: str
+    template: ChatTemplate
+    messages: list[dict]
+    add_generation_prompt: bool
+    continue_final_message: bool
+    text: str
+    ids: list[int] | None  # None when the model has no tokenizer to encode with
+    tokens: list[PromptToken]
+    special_spans: list[SpecialSpan]
+    bos: BosReport
+    notes: list[str] = field(default_factory=list)
+
+
+def _quote_line(source: str, line: int | None) -> str | None:
+    if not line:
+        return None
+    lines = source.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    text = lines[line - 1].strip()
+    return text if len(text) <= _QUOTED_LINE_CHARS else text[: _QUOTED_LINE_CHARS - 1] + "…"
+
+
+def _with_template_line(error: TemplateError, template: ChatTemplate) -> TemplateError:
+    """The same error, its message quoting the template line that failed and naming the file."""
+    quoted = _quote_line(template.source, error.line)
+    message = f"{error.message} [{template.location}]"
+    if quoted:
+        message += f": {quoted}"
+    return type(error)(message, error.hint, error.line)
+
+
+def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
+                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
+    from .template import render_chat
+
+    try:
+        return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message, tools=tools,
+                           special_tokens=special_tokens)
+    except TemplateError as error:
+        raise _with_template_line(error, template) from error
+
+
+def _has_tokenizer(facts: ModelFacts) -> bool:
+    return facts.vocab.tokenizer_file is not None or facts.vocab.gguf_header is not None
+
+
+def _spans_by_text(text: str, specials: Sequence[str]) -> list[SpecialSpan]:
+    """Special-token spans found by text, longest token first, for models without a tokenizer."""
+    ordered = sorted({s for s in specials if s}, key=len, reverse=True)
+    spans: list[SpecialSpan] = []
+    i = 0
+    while i < len(text):
+        hit = next((s for s in ordered if text.startswith(s, i)), None)
+        if hit is None:
+            i += 1
+            continue
+        spans.append(SpecialSpan(i, i + len(hit), hit, None))
+        i += len(hit)
+    return spans
+
+
+def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], list[PromptToken]]:
+    """Encode as apply_chat_template(tokenize=True) does: add_special_tokens=False."""
+    tokenizer = facts.vocab.tokenizer()
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    added = tokenizer.get_added_tokens_decoder()
+    tokens = []
+    for index, (token_id, (start, end)) in enumerate(zip(encoding.ids, encoding.offsets)):
+        entry = added.get(token_id)
+        special = bool(entry is not None and entry.special) or facts.vocab.is_special(token_id)
+        piece = entry.content if entry is not None else tokenizer.decode([token_id], skip_special_tokens=False)
+        tokens.append(PromptToken(index, token_id, piece, special, start, end))
+    return list(encoding.ids), tokens
+
+
+def _bos_report(facts: ModelFacts, text: str, special_tokens: dict[str, str]) -> BosReport:
+    bos = special_tokens.get("bos_token")
+    written = bool(bos) and text.startswith(bos)
+    adds = facts.add_bos.value if facts.add_bos is not None else None
+    note = None
+    if written and adds:
+        where = facts.add_bos.location if facts.add_bos is not None else "the tokenizer"
+        note = (
+            f"the template writes {bos} and the tokenizer adds BOS ({where}): these ids (add_special_tokens=False, "
+            "as apply_chat_template) hold one BOS, but encoding this text again with special tokens on "
+            "(tokenizer(text), a llama.cpp server given the text) starts with two"
+        )
+    return BosReport(bos, written, adds, note)
+
+
+def render_prompt(
+    facts: ModelFacts,
+    messages: list[dict],
+    *,
+    template: ChatTemplate | None = None,
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+    tokenize: bool = True,
+) -> RenderedPrompt:
+    """Render `messages` with the model's template (or `template`), and encode the text."""
+    chosen = template or select_template(facts, None, tools)
+    specials = special_token_map(facts)
+    if continue_final_message:
+        add_generation_prompt = False  # transformers refuses both; continuing wins
+    text = _render_text(chosen, messages, specials, add_generation_prompt=add_generation_prompt,
+                        continue_final_message=continue_final_message, tools=tools)
+    notes: list[str] = []
+    ids: list[int] | None = None
+    tokens: list[PromptToken] = []
+    if tokenize and _has_tokenizer(facts):
+        ids, tokens = encode_prompt(facts, text)
+        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens if t.special]
+    else:
+        if tokenize:
+            notes.append("no tokenizer.json (nor GGUF vocabulary): token ids are not shown")
+        spans = _spans_by_text(text, [*facts.vocab.special_tokens, *specials.values()])
+    return RenderedPrompt(
+        model=facts.source.spec,
+        template=chosen,
+        messages=messages,
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
+        text=text,
+        ids=ids,
+        tokens=tokens,
+        special_spans=spans,
+        bos=_bos_report(facts, text, specials),
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing two templates on the same messages
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptComparison:
+    left: RenderedPrompt
+    right: RenderedPrompt
+    left_label: str
+    right_label: str
+    diff: list[str]  # unified diff of the texts, newlines shown as \n
+    left_end_of_turn: list[str] | None  # None when it could not be determined
+    right_end_of_turn: list[str] | None
+    end_of_turn_error: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.left.text == self.right.text
+
+    @property
+    def ids_identical(self) -> bool | None:
+        if self.left.ids is None or self.right.ids is None:
+            return None
+        return self.left.ids == self.right.ids
+
+    @property
+    def end_of_turn_differs(self) -> bool | None:
+        if self.left_end_of_turn is None or self.right_end_of_turn is None:
+            return None
+        return self.left_end_of_turn != self.right_end_of_turn
+
+
+def visible_lines(text: str) -> list[str]:
+    """Lines with their newline shown as a trailing `\\n` (the last line has none)."""
+    parts = text.split("\n")
+    return [p + "\\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def end_of_turn_texts(facts: ModelFacts, template: ChatTemplate) -> list[str]:
+    from .template import find_end_of_turn
+
+    try:
+        markers = find_end_of_turn(template.source, special_token_map(facts), list(facts.vocab.special_tokens))
+    except TemplateError as error:
+        raise _with_template_line(error, template) from error
+    return [m.text + m.trailing for m in markers]
+
+
+def compare_prompts(
+    left_facts: ModelFacts,
+    left: RenderedPrompt,
+    right_facts: ModelFacts,
+    right: RenderedPrompt,
+    left_label: str,
+    right_label: str,
+) -> PromptComparison:
+    diff = list(difflib.unified_diff(visible_lines(left.text), visible_lines(right.text),
+                                     fromfile=left_label, tofile=right_label, lineterm="", n=2))
+    error = None
+    try:
+        left_eot: list[str] | None = end_of_turn_texts(left_facts, left.template)
+        right_eot: list[str] | None = end_of_turn_texts(right_facts, right.template)
+    except TemplateError as exc:
+        left_eot = right_eot = None
+        error = exc.message
+    return PromptComparison(left, right, left_label, right_label, diff, left_eot, right_eot, error)
+
+
+# --------------------------------------------------------------------------------------------
+# probe-stop with the model's turn structure
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextResult:
+    probe: Any  # stopdoctor.probe.ContextProbe
+    id_match_fires: bool  # the standalone ids occur in encode(context + stop)
+    pieces: list[str]  # decoded text of each covering id
+
+
+@dataclass(frozen=True)
+class StopReport:
+    probe: Any  # stopdoctor.probe.StopProbe
+    contexts: list[ContextResult]
+    standalone_pieces: list[str]
+
+    @property
+    def misses(self) -> int:
+        return sum(not c.id_match_fires for c in self.contexts)
+
+    @property
+    def failed(self) -> bool:
+        """What --fail-on-miss fails on: an id match would miss, or the stop fires in answers."""
+        return self.misses > 0 or bool(self.probe.false_positives)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    model: str
+    stops: list[StopReport]
+    turn_endings: list[str]
+    user_header: str | None
+    corpus_files: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(s.failed for s in self.stops)
+
+
+def template_stop_candidates(user_header: str, special_texts: Sequence[str]) -> list[str]:
+    """Stop strings a template suggests: its user-turn header, the header as a decoder that
+    skips special tokens shows it, and that form anchored to a line start."""
+    out = [user_header]
+    stripped = user_header
+    for special in sorted({s for s in special_texts if s}, key=len, reverse=True):
+        stripped = stripped.replace(special, "")
+    if stripped.strip() and stripped != user_header:
+        out.append(stripped)
+        if not stripped.startswith("\n"):
+            out.append("\n" + stripped)
+    return out
+
+
+def _contains_run(haystack: Sequence[int], needle: Sequence[int]) -> bool:
+    n = len(needle)
+    return n == 0 or any(list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
+
+
+def probe_model(
+    facts: ModelFacts,
+    stops: Sequence[str],
+    *,
+    from_template: bool = False,
+    corpus: Sequence[tuple[str, str]] = (),
+    corpus_files: Sequence[str] = (),
+) -> ProbeReport:
+    """Probe `stops` with the model's tokenizer after the default contexts and the template's
+    own turn endings; with `from_template`, also the stop strings its user header suggests.
+    `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
+    from .analysis import analyze
+    from .probe import SAMPLE_ANSWERS, probe_stop
+
+    tokenizer = facts.vocab.tokenizer()
+    notes: list[str] = []
+    turn_endings: list[str] = []
+    user_header: str | None = None
+    if facts.template is not None:
+        try:
+            analysis = analyze(facts)
+        except TemplateError as error:
+            if from_template:
+                raise _with_template_line(error, facts.template) from error
+            notes.append(f"template turn endings not probed: {error.message}")
+        else:
+            turn_endings = list(dict.fromkeys(e.text + "\n" for e in analysis.end_of_turn))
+            user_header = analysis.turn_headers.get("user") or None
+    elif from_template:
+        raise InputError(f"{facts.source.spec}: has no chat template to derive stop strings from",
+                         hint="give the stop strings as arguments")
+    candidates = list(stops)
+    if from_template:
+        if not user_header:
+            raise TemplateError("the chat template has no user-turn header to derive stop strings from",
+                                "give the stop strings as arguments")
+        candidates += template_stop_candidates(user_header, [*facts.vocab.special_tokens, *special_token_map(facts).values()])
+    candidates = list(dict.fromkeys(candidates))
+    if not candidates:
+        raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
+    if any(not s for s in candidates):
+        raise InputError("an empty stop string cannot be probed")
+
+    probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
+                        turn_endings=turn_endings, user_header=user_header)
+
+    def pieces(ids: Sequence[int]) -> list[str]:
+        return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+
+    reports = []
+    for probe in probes:
+        contexts = []
+        for ctx in probe.contexts:
+            full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
+            contexts.append(ContextResult(ctx, _contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
+        reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
+    return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
+
+
+def read_corpus(path: str | Path) -> tuple[str, str]:
+    """A plain-text file of answers, searched as one sample (so stops that span blank lines are
+    found too); each match is listed with its offset and an excerpt."""
+    path = Path(path)
+    return (path.name, load_text(path, path.name))
+
+
+def parse_escapes(text: str) -> str:
+    r"""Shell arguments cannot hold a newline easily: `\n`, `\t`, `\r` and `\\` are read as escapes."""
+    out = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text) and text[i + 1] in "ntr\\":
+            out.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[text[i + 1]])
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+__all__ = [
+    "SAMPLE_CONVERSATION",
+    "BosReport",
+    "PromptComparison",
+    "PromptToken",
+    "ProbeReport",
+    "RenderedPrompt",
+    "SpecialSpan",
+    "StopReport",
+    "compare_prompts",
+    "encode_prompt",
+    "load_conversations",
+    "load_tools",
+    "parse_escapes",
+    "probe_model",
+    "read_corpus",
+    "render_prompt",
+    "select_template",
+    "special_token_map",
+    "template_stop_candidates",
+]

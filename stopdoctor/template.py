@@ -1,0 +1,1008 @@
+"""Render chat templates the way transformers does, inside a sandbox with time and size limits.
+
+What lives here:
+- `compile_template` / `render_chat`: a renderer whose output is byte-identical to
+  `tokenizer.apply_chat_template(..., tokenize=False)` for the same messages and special tokens.
+  The environment copies transformers' (`transformers/utils/chat_template_utils.py`,
+  `_cached_compile_jinja_template` and `render_jinja_template`, transformers 5.x): an
+  `ImmutableSandboxedEnvironment` with `trim_blocks`, `lstrip_blocks`, `loopcontrols`, the
+  `{% generation %}` tag, `raise_exception`, `strftime_now`, `tojson` (ensure_ascii=False),
+  a restricted `dict` and `namespace`.
+- Limits on top of transformers' sandbox: template size, wall-clock time, size of every value and
+  output buffer, and a total string-work budget. They are checked from hooks the template cannot
+  avoid (every call, attribute/item access, arithmetic operator, loop iteration, output append),
+  so no thread or signal is needed to stop a hostile template.
+- `find_end_of_turn`, `find_turn_headers`, `template_writes_bos`: learn what a template writes
+  around messages by rendering sentinel conversations, never from a list of known model families.
+
+Imports: jinja2 and the standard library only, plus `stopdoctor.errors`. Never transformers or torch:
+this module is on the static `inspect` / `render` / `probe-stop` path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.exceptions
+import jinja2.ext
+import jinja2.nodes
+import jinja2.utils
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
+
+from stopdoctor.errors import InputError, TemplateError
+
+__all__ = [
+    "CompiledTemplate",
+    "EndOfTurnMarker",
+    "RenderLimits",
+    "TemplateLimitError",
+    "TemplateRaisedError",
+    "compile_template",
+    "find_end_of_turn",
+    "find_turn_headers",
+    "render_chat",
+    "template_writes_bos",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Limits and errors
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """How much a chat template may do before it is refused."""
+
+    max_output_chars: int = 2_000_000
+    max_seconds: float = 5.0
+    max_template_chars: int = 1_000_000
+    # Total characters of strings (and items of lists) the template may create while rendering,
+    # including intermediate values it throws away. Bounds memory churn that never reaches output.
+    max_work_chars: int = 40_000_000
+    # Jinja's parser and Python's compile() take ~0.5 ms per tag and cannot be interrupted, so the
+    # time limit cannot cover compilation; this bounds it instead (real templates use < 500 tags).
+    max_template_tags: int = 2_500
+
+
+class TemplateRaisedError(TemplateError):
+    """The template called its own `raise_exception(message)`: it rejects this conversation."""
+
+
+class TemplateLimitError(TemplateError):
+    """The template was stopped: it broke the sandbox rules or exceeded a time or size limit."""
+
+
+class _LimitExceeded(Exception):
+    """Raised from inside rendering; becomes a TemplateLimitError with the template line."""
+
+
+class _TemplateRaised(jinja2.exceptions.TemplateError):
+    """What `raise_exception` raises. A jinja TemplateError, as in transformers, with the
+    template's message verbatim as its only argument."""
+
+
+_TEMPLATE_FILENAME = "<template>"
+# No chat template needs integers this big; multiplying bigger ones takes seconds per operation.
+_MAX_INT_DIGITS = 20_000
+
+
+# --------------------------------------------------------------------------------------------
+# Per-render budget, reached from the sandbox hooks through a context variable
+# --------------------------------------------------------------------------------------------
+
+
+class _Budget:
+    __slots__ = ("deadline", "max_value", "work_left", "limits")
+
+    def __init__(self, limits: RenderLimits, deadline: float, work: int) -> None:
+        self.limits = limits
+        self.deadline = deadline
+        self.max_value = limits.max_output_chars
+        self.work_left = work
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _LimitExceeded(f"it ran longer than {self.limits.max_seconds:g} s")
+
+    def check_digits(self, digits: int) -> None:
+        if digits > _MAX_INT_DIGITS:
+            raise _LimitExceeded(f"it built an integer of about {digits} digits, over {_MAX_INT_DIGITS}")
+
+    def check_int(self, value: Any, what: str) -> None:
+        # A width/count parameter larger than the output cap can only build something too big.
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > self.max_value:
+            raise _LimitExceeded(
+                f"{what} {value} is over the {self.max_value}-character output limit"
+            )
+
+    def produced(self, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            self.check_digits(value.bit_length() // 3)
+            return value
+        size = _size(value)
+        if size:
+            if size > self.max_value:
+                raise _LimitExceeded(
+                    f"it built a value of {size} characters/items, over the "
+                    f"{self.max_value} limit"
+                )
+            self.work_left -= size
+            if self.work_left < 0:
+                raise _LimitExceeded(
+                    f"it built more than {self.limits.max_work_chars} characters of "
+                    "intermediate strings"
+                )
+        return value
+
+
+# Used when no render is active: constant folding at compile time calls filters and getitem.
+# Only the size checks apply then (a folded filter that fails is simply computed at render time).
+_COMPILE_BUDGET = _Budget(RenderLimits(), float("inf"), 1 << 62)
+_ACTIVE: ContextVar[_Budget | None] = ContextVar("stopdoctor_template_budget", default=None)
+
+
+def _budget() -> _Budget:
+    return _ACTIVE.get() or _COMPILE_BUDGET
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, (str, list, tuple, dict, set, frozenset, bytes)):
+        return len(value)
+    return 0
+
+
+# '%10000000d', '%.9999999f', '{:>10000000}': widths that allocate before we could measure them.
+_PERCENT_WIDTH_RE = re.compile(r"%[-#0 +]*(\d*)(?:\.(\d+))?")
+_BRACE_WIDTH_RE = re.compile(r"\{[^{}]*:[^{}\d]*(\d+)(?:\.(\d+))?[^{}]*\}")
+
+
+def _check_format_string(fmt: Any, budget: _Budget, brace: bool) -> None:
+    if not isinstance(fmt, str):
+        return
+    for match in (_BRACE_WIDTH_RE if brace else _PERCENT_WIDTH_RE).finditer(fmt):
+        for group in match.groups():
+            if group and len(group) > 6:
+                budget.check_int(int(group), "format width")
+
+
+def _predict_binop(op: str, left: Any, right: Any, budget: _Budget) -> None:
+    """Refuse an operation before it runs when its result is bound to be too big."""
+    sized = (str, list, tuple)
+    if op == "*":
+        if isinstance(left, sized) and isinstance(right, int):
+            budget.check_int(len(left) * right, "a repeated value of size")
+        elif isinstance(right, sized) and isinstance(left, int):
+            budget.check_int(len(right) * left, "a repeated value of size")
+        elif isinstance(left, int) and isinstance(right, int):
+            budget.check_digits((left.bit_length() + right.bit_length()) // 3)
+    elif op == "**":
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            budget.check_digits((left.bit_length() * right) // 3)
+    elif op == "+":
+        if isinstance(left, sized) and isinstance(right, sized):
+            budget.check_int(len(left) + len(right), "a joined value of size")
+    elif op == "%" and isinstance(left, str):
+        _check_format_string(left, budget, brace=False)
+        if "*" in left:
+            for item in right if isinstance(right, tuple) else (right,):
+                budget.check_int(item, "format width")
+
+
+# --------------------------------------------------------------------------------------------
+# The environment: transformers' globals and filters, plus the limit hooks
+# --------------------------------------------------------------------------------------------
+
+
+def _raise_exception(message: Any) -> None:
+    # transformers: `raise jinja2.exceptions.TemplateError(message)`
+    raise _TemplateRaised(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # Same signature and defaults as transformers' override of jinja's tojson: no HTML escaping,
+    # non-ASCII kept, indent/separators/sort_keys exposed.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:  # noqa: A002 - the template calls it positionally
+    return datetime.now().strftime(format)
+
+
+class _TemplateDict:
+    """transformers' `TemplateDict`: `dict(...)` without exposing the dict type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """transformers' `TemplateNamespace`: no underscore-prefixed attributes."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - same trick as jinja's Namespace
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace, "
+                f"but got {name!r}. Please rename the attribute."
+            )
+
+
+class _GenerationExtension(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: renders its body unchanged, as transformers'
+    AssistantTracker does when no assistant mask is requested."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(
+            self.call_method("_generation_support"), [], [], body
+        ).set_lineno(lineno)
+
+    @jinja2.pass_eval_context
+    def _generation_support(self, context: Any, caller: Any) -> str:
+        return caller()
+
+
+class _LimitsExtension(jinja2.ext.Extension):
+    """Holds the runtime guards the instrumented AST calls: one per loop, one per `~`."""
+
+    def _guard_iter(self, iterable: Any) -> Iterator[Any]:
+        budget = _budget()
+        for item in iterable:
+            budget.tick()
+            yield item
+
+    def _guard_value(self, value: Any) -> Any:
+        return _budget().produced(value)
+
+
+class _Instrument(NodeTransformer):
+    """Route every loop's iterable and every `~` concatenation through the limit guards."""
+
+    def __init__(self, ext: _LimitsExtension) -> None:
+        self.ext = ext
+
+    def visit_For(self, node: jinja2.nodes.For) -> jinja2.nodes.Node:
+        self.generic_visit(node)
+        node.iter = self.ext.call_method("_guard_iter", [node.iter], lineno=node.iter.lineno)
+        return node
+
+    def visit_Concat(self, node: jinja2.nodes.Concat) -> jinja2.nodes.Node:
+        self.generic_visit(node)
+        return self.ext.call_method("_guard_value", [node], lineno=node.lineno)
+
+
+class _GuardedBuffer(list):
+    """Output buffer of macros, call blocks and `{% set %}` blocks: each append is checked."""
+
+    __slots__ = ("_budget", "_chars")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._budget = _budget()
+        self._chars = 0
+
+    def _account(self, text: Any) -> None:
+        budget = self._budget
+        budget.tick()
+        self._chars += len(text)
+        if self._chars > budget.max_value:
+            raise _LimitExceeded(
+                f"a block built more than {budget.max_value} characters of output"
+            )
+        budget.work_left -= len(text)
+        if budget.work_left < 0:
+            raise _LimitExceeded(
+                f"it built more than {budget.limits.max_work_chars} characters of intermediate strings"
+            )
+
+    def append(self, text: Any) -> None:
+        self._account(text)
+        super().append(text)
+
+    def extend(self, texts: Iterable[Any]) -> None:
+        for text in texts:
+            self.append(text)
+
+
+class _GuardedCodeGenerator(CodeGenerator):
+    def buffer(self, frame: Frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.stopdoctor_buffer()")
+
+
+# Filters whose parameters are widths or counts: `'x'|center(10**9)` allocates before it returns.
+_WIDTH_FILTERS = frozenset({"center", "indent", "wordwrap", "batch", "slice", "tojson", "truncate"})
+
+
+def _guard_filter(name: str, func: Any) -> Any:
+    offset = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
+
+    @functools.wraps(func)  # keeps `jinja_pass_arg`, so jinja still injects context/env
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        budget = _budget()
+        budget.tick()
+        if name in _WIDTH_FILTERS:
+            for value in (*args[offset + 1:], *kwargs.values()):
+                budget.check_int(value, f"{name} parameter")
+        elif name == "format" and len(args) > offset:
+            _check_format_string(args[offset], budget, brace=False)
+        return budget.produced(func(*args, **kwargs))
+
+    return guarded
+
+
+class _SandboxEnvironment(ImmutableSandboxedEnvironment):
+    """transformers' ImmutableSandboxedEnvironment, with every operation metered."""
+
+    code_generator_class = _GuardedCodeGenerator
+    # Intercepting the arithmetic operators routes them through call_binop (and stops jinja from
+    # constant-folding `10**10**10` at compile time, which would hang before any limit applies).
+    intercepted_binops = frozenset({"+", "-", "*", "/", "//", "%", "**"})
+
+    def __init__(self) -> None:
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[_GenerationExtension, jinja2.ext.loopcontrols, _LimitsExtension],
+        )
+        self.filters["tojson"] = _tojson
+        self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["dict"] = _TemplateDict()
+        self.globals["namespace"] = _TemplateNamespace
+        self._limits_ext = self.extensions[_LimitsExtension.identifier]
+
+    @staticmethod
+    def stopdoctor_buffer() -> _GuardedBuffer:
+        return _GuardedBuffer()
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> jinja2.nodes.Template:
+        tree = super()._parse(source, name, filename)
+        return _Instrument(self._limits_ext).visit(tree)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        budget = _budget()
+        budget.tick()
+        _predict_binop(operator, left, right, budget)
+        return budget.produced(super().call_binop(context, operator, left, right))
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        budget = _budget()
+        budget.tick()
+        target = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format
+        if isinstance(getattr(target, "__self__", None), (str, list, tuple, dict)):
+            # Built-in methods such as ljust/center/zfill/expandtabs take widths.
+            for value in (*args, *kwargs.values()):
+                budget.check_int(value, "method argument")
+            if getattr(target, "__name__", "") in ("format", "format_map"):
+                _check_format_string(target.__self__, budget, brace=True)
+            if getattr(target, "__name__", "") == "replace" and len(args) >= 2:
+                text, old, new = target.__self__, args[0], args[1]
+                if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
+                    count = text.count(old) if old else len(text) + 1
+                    budget.check_int(len(text) + count * (len(new) - len(old)), "a replaced string of size")
+        return budget.produced(super().call(context, obj, *args, **kwargs))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        budget = _budget()
+        budget.tick()
+        value = super().getitem(obj, argument)
+        if isinstance(argument, slice):
+            budget.produced(value)
+        return value
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _budget().tick()
+        return super().getattr(obj, attribute)
+
+
+_ENVIRONMENT: _SandboxEnvironment | None = None
+
+
+def _environment() -> _SandboxEnvironment:
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        _ENVIRONMENT = _SandboxEnvironment()
+    return _ENVIRONMENT
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: jinja/Python exceptions → one-line TemplateError with the template line
+# --------------------------------------------------------------------------------------------
+
+
+def _template_line(exc: BaseException) -> int | None:
+    lineno = getattr(exc, "lineno", None)
+    if isinstance(exc, jinja2.exceptions.TemplateSyntaxError) and lineno:
+        return lineno
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:  # jinja rewrites frames of template code to the template's lines
+        if tb.tb_frame.f_code.co_filename == _TEMPLATE_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
+
+
+def _with_line(message: str, line: int | None) -> str:
+    return f"{message} (template line {line})" if line else message
+
+
+def _convert(exc: BaseException) -> TemplateError:
+    line = _template_line(exc)
+    if isinstance(exc, _TemplateRaised):
+        message = exc.args[0] if exc.args else ""
+        return TemplateRaisedError(
+            _with_line(f"chat template raised: {_one_line(message)}", line),
+            "the template rejects this conversation (its own raise_exception); "
+            "check the roles and order of the messages",
+            line,
+        )
+    if isinstance(exc, jinja2.exceptions.TemplateSyntaxError):
+        return TemplateError(
+            _with_line(f"chat template syntax error: {_one_line(exc.message or exc)}", line),
+            "fix the Jinja syntax of the chat template",
+            line,
+        )
+    if isinstance(exc, jinja2.exceptions.SecurityError):
+        return TemplateLimitError(
+            _with_line(f"chat template broke the sandbox: {_one_line(exc)}", line),
+            "the template touches Python internals; do not use it",
+            line,
+        )
+    if isinstance(exc, _LimitExceeded):
+        return TemplateLimitError(
+            _with_line(f"chat template stopped: {_one_line(exc)}", line),
+            "the template loops or builds text without bound; raise RenderLimits only if you trust it",
+            line,
+        )
+    if isinstance(exc, (RecursionError, MemoryError, OverflowError)):
+        return TemplateLimitError(
+            _with_line(f"chat template stopped: {type(exc).__name__}: {_one_line(exc)}", line),
+            "the template recursed or grew without bound",
+            line,
+        )
+    if isinstance(exc, jinja2.exceptions.UndefinedError):
+        return TemplateError(
+            _with_line(f"chat template used an undefined value: {_one_line(exc)}", line),
+            "the template expects a variable or message field this conversation lacks",
+            line,
+        )
+    return TemplateError(
+        _with_line(f"chat template failed: {type(exc).__name__}: {_one_line(exc)}", line),
+        "the template cannot render this conversation",
+        line,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Compile and render
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompiledTemplate:
+    """A parsed, instrumented chat template. Render it with `render_chat` (or `.render`)."""
+
+    source: str
+    _template: jinja2.Template = field(repr=False, compare=False)
+
+    def render(self, variables: Mapping[str, Any], limits: RenderLimits = RenderLimits()) -> str:
+        """Render with exactly these template variables, within `limits`."""
+        budget = _Budget(limits, time.monotonic() + limits.max_seconds, limits.max_work_chars)
+        token = _ACTIVE.set(budget)
+        chunks: list[str] = []
+        total = 0
+        generator = self._template.generate(**variables)
+        try:
+            for chunk in generator:
+                total += len(chunk)
+                if total > limits.max_output_chars:
+                    raise TemplateLimitError(
+                        f"chat template stopped: output over {limits.max_output_chars} characters",
+                        "the template writes without bound; raise RenderLimits only if you trust it",
+                    )
+                budget.tick()
+                chunks.append(chunk)
+        except _LimitExceeded as exc:  # from the tick() above, outside the template
+            raise _convert(exc) from exc
+        except TemplateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything the untrusted template does is its error
+            raise _convert(exc) from exc
+        finally:
+            generator.close()
+            _ACTIVE.reset(token)
+        return "".join(chunks)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_cached(source: str) -> CompiledTemplate:
+    try:
+        template = _environment().from_string(source)
+    except Exception as exc:  # noqa: BLE001 - syntax errors, nesting too deep for the parser
+        raise _convert(exc) from exc
+    return CompiledTemplate(source, template)
+
+
+def compile_template(source: str, limits: RenderLimits = RenderLimits()) -> CompiledTemplate:
+    """Parse a chat template into the sandbox. Cached by source text."""
+    if not isinstance(source, str):
+        raise TemplateError(
+            f"chat template must be a string, got {type(source).__name__}",
+            "a tokenizer_config.json chat_template list of named templates must be resolved to one first",
+        )
+    if len(source) > limits.max_template_chars:
+        raise TemplateLimitError(
+            f"chat template is {len(source)} characters, over the {limits.max_template_chars} limit",
+            "this is not a plausible chat template; raise RenderLimits.max_template_chars if you trust it",
+        )
+    tags = len(_TAG_RE.findall(source))
+    if tags > limits.max_template_tags:
+        raise TemplateLimitError(
+            f"chat template has {tags} Jinja tags, over the {limits.max_template_tags} limit",
+            "this is not a plausible chat template; raise RenderLimits.max_template_tags if you trust it",
+        )
+    return _compile_cached(source)
+
+
+_TAG_RE = re.compile(r"\{[{%]")
+
+
+# Names a message's reasoning is passed under (transformers `_REASONING_FIELDS`).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' `continue_final_message_tag`
+_RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+
+
+def _plain(value: Any) -> Any:
+    """transformers' `_plain_template_data`: rebuild inputs out of plain JSON types, and replace
+    any other object by an inert `<TypeName>` placeholder, so the template sees no methods."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if (type(value).__module__ == "numpy" and type(value).__name__ != "ndarray"
+            and getattr(value, "shape", None) == () and callable(getattr(value, "item", None))):
+        # numpy scalars (np.generic): `np.bool_(False)` must not become a truthy placeholder
+        return _plain(value.item())
+    return f"<{type(value).__name__}>"
+
+
+def _alias_reasoning(chat: list[dict]) -> list[dict]:
+    """transformers' `_alias_reasoning_fields`."""
+    out = []
+    for message in chat:
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
+
+
+def render_chat(
+    source: str,
+    messages: list[dict],
+    *,
+    add_generation_prompt: bool = False,
+    continue_final_message: bool | str = False,
+    tools: list[dict] | None = None,
+    documents: Any = None,
+    special_tokens: Mapping[str, str] | None = None,
+    extra: Mapping | None = None,
+    limits: RenderLimits = RenderLimits(),
+) -> str:
+    """Render `messages` as `tokenizer.apply_chat_template(messages, tokenize=False, ...)` would.
+
+    `special_tokens` maps bos_token/eos_token/pad_token/unk_token/... to their texts; they become
+    template variables, and `extra` entries override them (as apply_chat_template's kwargs do).
+    `continue_final_message` (True, or the name of the field to continue) leaves the final message
+    open: whatever the template writes after its content is cut off.
+    """
+    compiled = compile_template(source, limits)
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InputError("cannot render an empty conversation", "give at least one message")
+    if continue_final_message and add_generation_prompt:
+        raise InputError(
+            "continue_final_message and add_generation_prompt cannot both be set",
+            "continue the final message, or start a new assistant turn, not both",
+        )
+    if tools is not None and not all(isinstance(tool, dict) for tool in tools):
+        raise InputError("tools must be JSON-schema dicts", "convert functions to schemas first")
+    if documents is not None and not all(isinstance(doc, dict) for doc in documents):
+        raise InputError("documents must be dicts with 'title' and 'text' keys", None)
+    clash = _RESERVED & set(extra or {})
+    if clash:
+        raise InputError(f"extra template variables clash with {sorted(clash)}", None)
+
+    # apply_chat_template: drop keys whose value is None, then `{**special_tokens_map, **kwargs}`
+    chat = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise InputError(f"chat messages must be dicts, got {type(message).__name__}", None)
+        chat.append({k: v for k, v in message.items() if v is not None})
+    variables: dict[str, Any] = {
+        k: str(v) for k, v in (special_tokens or {}).items() if v is not None
+    }
+    variables.update(extra or {})
+    variables = _plain(variables)
+    chat = _alias_reasoning(_plain(chat))
+
+    final_text = None
+    if continue_final_message:
+        key = continue_final_message if isinstance(continue_final_message, str) else "content"
+        final_text = chat[-1].get(key)
+        if final_text is None:
+            raise InputError(f'continue_final_message is set but the final message has no "{key}"', None)
+        fields = [key]
+        if key in _REASONING_FIELDS:
+            fields = [f for f in _REASONING_FIELDS if chat[-1].get(f) == final_text]
+        if not any(f in source for f in fields):
+            raise TemplateError(
+                f'continue_final_message is set to "{key}" but the chat template never reads that field',
+                "continue a field the template renders",
+            )
+        if isinstance(final_text, (list, tuple)):
+            for block in reversed(final_text):
+                if "text" in block:
+                    final_text = block["text"]
+                    block["text"] = block["text"] + _CONTINUE_TAG
+                    break
+            else:
+                raise InputError("continue_final_message is set but the final message has no text block", None)
+        else:
+            for f in fields:
+                chat[-1][f] = chat[-1][f] + _CONTINUE_TAG
+
+    rendered = compiled.render(
+        {
+            **variables,
+            "messages": chat,
+            "tools": _plain(tools),
+            "documents": _plain(documents),
+            "add_generation_prompt": add_generation_prompt,
+        },
+        limits,
+    )
+
+    if continue_final_message:
+        tag = _CONTINUE_TAG.strip()
+        if str(final_text).strip() not in rendered or tag not in rendered:
+            raise TemplateError(
+                "continue_final_message is set but the final message does not appear in the rendered chat",
+                "the template deletes part of the final message; it cannot be continued",
+            )
+        at = rendered.rindex(tag)
+        if rendered[at: at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+            rendered = rendered[:at]  # the template keeps spacing
+        else:
+            rendered = rendered[:at].rstrip()  # trailing spacing was trimmed; be cautious
+    return rendered
+
+
+# --------------------------------------------------------------------------------------------
+# Learning a template's turn structure from sentinel conversations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndOfTurnMarker:
+    """What a template writes right after assistant content to close the turn."""
+
+    text: str  # e.g. "<|im_end|>", "<end_of_turn>", "</s>"
+    trailing: str  # whitespace written after the marker before the next turn, e.g. "\n"
+    evidence: str  # e.g. 'after assistant content the template writes "<|im_end|>\n"'
+
+
+# Sentinels: plain alphanumerics that survive |trim, |lower is not common enough to plan for.
+_SYS, _U1, _A1, _U2 = "sdSentSys7q", "sdSentUsrOne7q", "sdSentAstOne7q", "sdSentUsrTwo7q"
+_BOS = "sdSentBos7q"
+# The limits of the find_* call in progress, so the helpers below need not pass them around.
+_SENTINEL_LIMITS: ContextVar[RenderLimits] = ContextVar("stopdoctor_sentinel_limits", default=RenderLimits())
+# A rough tokenisation for comparing the text around turns when no vocabulary is given:
+# chat-control-looking tags, bracket tags, whitespace runs, words, single characters.
+_PIECE_RE = re.compile(r"<\|[^|<>]*\|>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]|\s+|[^\s<\[]+|.", re.S)
+
+
+@contextmanager
+def _sentinel_limits(limits: RenderLimits) -> Iterator[None]:
+    token = _SENTINEL_LIMITS.set(limits)
+    try:
+        yield
+    finally:
+        _SENTINEL_LIMITS.reset(token)
+
+
+def _try_render(source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
+                add_generation_prompt: bool = False) -> str | None:
+    """Render, or None when the template rejects this conversation shape. Limit and sandbox
+    errors are not a matter of shape: they propagate."""
+    try:
+        return render_chat(source, messages, add_generation_prompt=add_generation_prompt,
+                           special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get())
+    except TemplateLimitError:
+        raise
+    except TemplateError as exc:
+        if "syntax error" in exc.message:
+            raise
+        return None
+
+
+def _pieces(text: str, known: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        for special in known:
+            if text.startswith(special, i):
+                out.append(special)
+                i += len(special)
+                break
+        else:
+            match = _PIECE_RE.match(text, i)
+            # Stop plain-text runs at the start of a known special token.
+            piece = match.group(0)
+            for special in known:
+                cut = piece.find(special)
+                if cut > 0:
+                    piece = piece[:cut]
+            out.append(piece)
+            i += len(piece)
+    return out
+
+
+def _common_prefix(a: str, b: str, known: list[str]) -> str:
+    pa, pb = _pieces(a, known), _pieces(b, known)
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(out)
+
+
+def _between(text: str, start: str, end: str | None) -> str | None:
+    at = text.rfind(start)
+    if at < 0:
+        return None
+    after = at + len(start)
+    if end is None:
+        return text[after:]
+    stop = text.find(end, after)
+    return text[after:stop] if stop >= 0 else None
+
+
+def _known_texts(special_tokens: Mapping[str, str] | None, known_special_texts: Iterable[str]) -> list[str]:
+    known = {t for t in known_special_texts if t}
+    known |= {str(v) for v in (special_tokens or {}).values() if v}
+    return sorted(known, key=len, reverse=True)  # longest first: a token before its prefixes
+
+
+def _assistant_close_texts(source: str, special_tokens: Mapping[str, str] | None,
+                           known: list[str]) -> list[str]:
+    """What the template writes after assistant content, per conversation shape that renders."""
+    system = {"role": "system", "content": _SYS}
+    u1, a1 = {"role": "user", "content": _U1}, {"role": "assistant", "content": _A1}
+    u2 = {"role": "user", "content": _U2}
+    results: list[str] = []
+    for prefix in ([], [system]):
+        end = _try_render(source, [*prefix, u1, a1], special_tokens)
+        mid = _try_render(source, [*prefix, u1, a1, u2], special_tokens)
+        after_end = _between(end, _A1, None) if end is not None else None
+        after_mid = _between(mid, _A1, _U2) if mid is not None else None
+        if after_end is not None and after_mid is not None:
+            common = _common_prefix(after_end, after_mid, known)
+            # If the ends disagree from the start, the final turn's close is what a model
+            # trained on this template learns to emit before stopping.
+            results.append(common if common.strip() else after_end)
+        elif after_end is not None:
+            results.append(after_end)
+        elif after_mid is not None:
+            header = _user_header_from(source, special_tokens, prefix)
+            if header and after_mid.endswith(header):
+                after_mid = after_mid[: -len(header)]
+            results.append(after_mid)
+    return results
+
+
+def _with_bos_sentinel(special_tokens: Mapping[str, str] | None) -> dict[str, str] | None:
+    """Swap the bos text for a sentinel, so a header can tell the `bos_token` variable apart from
+    the same text written literally (SmolLM2's bos is "<|im_start|>")."""
+    if not special_tokens or not special_tokens.get("bos_token"):
+        return dict(special_tokens) if special_tokens else None
+    return {**special_tokens, "bos_token": _BOS}
+
+
+def _text_before(source: str, special_tokens: Mapping[str, str] | None, messages: list[dict],
+                 sentinel: str, after: str | None = None) -> str | None:
+    """What the template writes before `sentinel` (and after `after`), less a leading bos_token."""
+    text = _try_render(source, messages, _with_bos_sentinel(special_tokens))
+    if text is None or sentinel not in text:
+        return None
+    before = text[: text.find(sentinel)]
+    if after is not None:
+        at = before.rfind(after)
+        before = before[at + len(after):] if at >= 0 else before
+    return before.removeprefix(_BOS)
+
+
+def _user_header_from(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
+    """Text before the first user message's content, less any bos token."""
+    return _text_before(source, special_tokens, [*prefix, {"role": "user", "content": _U1}], _U1,
+                        after=_SYS if prefix else None)
+
+
+def _split_markers(close: str, known: list[str]) -> list[tuple[str, str]]:
+    """'<|im_end|>\\n' → [('<|im_end|>', '\\n')]; ' </s>' → [('</s>', '')].
+
+    With known special tokens, each one written in the close text is a marker (plain text such as
+    a closing tag before it cannot be a stop token). Without, the first non-whitespace run is.
+    """
+    markers: list[tuple[str, str]] = []
+    pieces = _pieces(close, known)
+    for i, piece in enumerate(pieces):
+        if piece in known:
+            after = pieces[i + 1] if i + 1 < len(pieces) and pieces[i + 1].isspace() else ""
+            markers.append((piece, after))
+    if markers:
+        return markers
+    match = re.match(r"\s*(\S+)(\s*)", close)
+    return [(match.group(1), match.group(2))] if match else []
+
+
+def find_end_of_turn(
+    source: str,
+    special_tokens: Mapping[str, str] | None = None,
+    known_special_texts: Iterable[str] = (),
+    *,
+    limits: RenderLimits = RenderLimits(),
+) -> list[EndOfTurnMarker]:
+    """The marker(s) the template writes after assistant content, found by rendering sentinel
+    conversations. Empty when the template writes nothing there (it never closes the turn).
+
+    Pass the model's special tokens: templates write `eos_token` by variable, and without it the
+    variable renders empty (as it would in transformers for a tokenizer without that token).
+    Raises TemplateError when no conversation shape renders, or on a sandbox/limit violation.
+    """
+    with _sentinel_limits(limits):
+        return _find_end_of_turn(source, special_tokens, known_special_texts)
+
+
+def _find_end_of_turn(source: str, special_tokens: Mapping[str, str] | None,
+                      known_special_texts: Iterable[str]) -> list[EndOfTurnMarker]:
+    known = _known_texts(special_tokens, known_special_texts)
+    closes = _assistant_close_texts(source, special_tokens, known)
+    if not closes:
+        # Every shape was rejected: surface the template's own reason for the simplest one.
+        render_chat(source, [{"role": "user", "content": _U1}, {"role": "assistant", "content": _A1}],
+                    special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get())
+        raise TemplateError("chat template renders no user/assistant conversation", None)
+    markers: list[EndOfTurnMarker] = []
+    seen: set[str] = set()
+    for close in closes:
+        for text, trailing in _split_markers(close, known):
+            if text in seen:
+                continue
+            seen.add(text)
+            markers.append(EndOfTurnMarker(
+                text=text,
+                trailing=trailing,
+                evidence=f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}",
+            ))
+    return markers
+
+
+def find_turn_headers(source: str, special_tokens: Mapping[str, str] | None = None, *,
+                      limits: RenderLimits = RenderLimits()) -> dict[str, str]:
+    """role → text the template writes right before that role's content.
+
+    The user header is taken from a second user turn (what follows a closed assistant turn, the
+    thing a runaway model hallucinates); the assistant header from the generation prompt when the
+    template has one. Roles the template rejects are left out.
+    """
+    with _sentinel_limits(limits):
+        return _find_turn_headers(source, special_tokens)
+
+
+def _find_turn_headers(source: str, special_tokens: Mapping[str, str] | None) -> dict[str, str]:
+    known = _known_texts(special_tokens, ())
+    u1, a1 = {"role": "user", "content": _U1}, {"role": "assistant", "content": _A1}
+    u2 = {"role": "user", "content": _U2}
+    headers: dict[str, str] = {}
+
+    mid = _try_render(source, [u1, a1, u2], special_tokens)
+    closes = _assistant_close_texts(source, special_tokens, known)
+    if mid is not None:
+        between = _between(mid, _A1, _U2)
+        if between is not None:
+            close = next((c for c in closes if between.startswith(c)), "")
+            headers["user"] = between[len(close):]
+    if "user" not in headers:
+        first = _user_header_from(source, special_tokens, [])
+        if first is not None:
+            headers["user"] = first
+
+    plain = _try_render(source, [u1], special_tokens, add_generation_prompt=False)
+    prompted = _try_render(source, [u1], special_tokens, add_generation_prompt=True)
+    pair = _try_render(source, [u1, a1], special_tokens)
+    between_ua = _between(pair, _U1, _A1) if pair is not None else None
+    gen_prompt = None
+    if plain is not None and prompted is not None and prompted.startswith(plain):
+        gen_prompt = prompted[len(plain):]
+    if gen_prompt and (between_ua is None or between_ua.endswith(gen_prompt)):
+        headers["assistant"] = gen_prompt
+    elif between_ua is not None and plain is not None:
+        user_close = _between(plain, _U1, None) or ""
+        headers["assistant"] = between_ua[len(_common_prefix(user_close, between_ua, known)):]
+
+    system = _text_before(source, special_tokens, [{"role": "system", "content": _SYS}, u1], _SYS)
+    if system is not None:
+        headers["system"] = system
+    return headers
+
+
+def template_writes_bos(source: str, bos_token: str | None, *, limits: RenderLimits = RenderLimits()) -> bool:
+    """True when the rendered prompt starts with the bos text (so a tokenizer that also adds
+    BOS would double it)."""
+    if not bos_token:
+        return False
+    with _sentinel_limits(limits):
+        return _template_writes_bos(source, bos_token)
+
+
+def _template_writes_bos(source: str, bos_token: str) -> bool:
+    user = {"role": "user", "content": _U1}
+    for messages, prompt in (([user], True), ([user], False),
+                             ([user, {"role": "assistant", "content": _A1}], False)):
+        text = _try_render(source, messages, {"bos_token": bos_token}, add_generation_prompt=prompt)
+        if text is not None:
+            return text.startswith(bos_token)
+    render_chat(source, [user], add_generation_prompt=True, special_tokens={"bos_token": bos_token},
+                limits=_SENTINEL_LIMITS.get())
+    return False
