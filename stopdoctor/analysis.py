@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .facts import ModelFacts
 from .runtimes import RuntimeStops, effective_stops
 from .errors import TemplateError
-from .template import find_end_of_turn, find_turn_headers, render_chat
+from .template import TemplateIgnoresMessages, find_end_of_turn, find_turn_headers, render_chat
 from .verdict import Verdict, decide
 
 
@@ -37,6 +37,7 @@ class Analysis:
     writes_bos: bool = False
     stops: list[RuntimeStops] = field(default_factory=list)
     verdict: Verdict | None = None
+    ignores_messages: bool = False  # the template renders but never writes the messages
 
     @property
     def end_of_turn_ids(self) -> set[int]:
@@ -58,9 +59,14 @@ def analyze(facts: ModelFacts) -> Analysis:
     specials = facts.special_token_texts()
     if template is not None:
         known_special = list(facts.vocab.special_tokens)
-        for marker in find_end_of_turn(template.source, specials, known_special):
+        try:
+            markers = find_end_of_turn(template.source, specials, known_special)
+        except TemplateIgnoresMessages:
+            markers, analysis.ignores_messages = [], True  # a defect to report, not a failure to run
+        for marker in markers:
             analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name))
-        analysis.turn_headers = find_turn_headers(template.source, specials)
+        if not analysis.ignores_messages:
+            analysis.turn_headers = find_turn_headers(template.source, specials)
         bos = specials.get("bos_token")
         analysis.writes_bos = bool(bos) and _writes_bos(template.source, bos, specials, analysis.turn_headers)
     analysis.stops = effective_stops(facts)

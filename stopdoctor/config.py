@@ -89,6 +89,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read: {error.strerror or error}") from None
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"{path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: is not UTF-8 text (byte {error.start})") from None
 
 
 def read_config(path: Path) -> Settings:

@@ -65,9 +65,18 @@ class ModelFacts:
     def declared_for(self, role: str, file: str | None = None) -> list[DeclaredId]:
         return [d for d in self.declared if d.role == role and (file is None or d.location.file == file)]
 
+    @property
+    def tokenizer_files(self) -> tuple[str, str]:
+        """Where a tokenizer object's special tokens come from, first match wins. transformers
+        lets special_tokens_map.json override tokenizer_config.json when the latter has no
+        `added_tokens_decoder` (legacy saves; tokenization_utils_base `from_pretrained`)."""
+        if "added_tokens_decoder" in self.documents.get("tokenizer_config.json", {}):
+            return ("tokenizer_config.json", "special_tokens_map.json")
+        return ("special_tokens_map.json", "tokenizer_config.json")
+
     def token_text(self, role: str) -> str | None:
         """The token text a template sees as `<role>_token` (as transformers passes it)."""
-        for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        for file in self.tokenizer_files:
             for declared in self.declared_for(role, file):
                 if declared.text is not None:
                     return declared.text
@@ -346,11 +355,18 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
     facts.gguf = header
     read_gguf_vocab(facts.vocab, header)
     file = path.name
-    for role in ROLES:
-        key = f"tokenizer.ggml.{role}_token_id"
-        value = header.get(key)
-        if isinstance(value, int):
-            facts.declared.append(DeclaredId(role, value, facts.vocab.text_of(value), Location(file, key)))
+    ids = {"bos": header.bos_id, "eos": header.eos_id, "pad": header.pad_id, "unk": header.unk_id,
+           "eot": header.eot_id, "eom": header.eom_id}
+    keys = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id",
+            "eot": "eot_token_id", "eom": "eom_token_id"}
+    for role, value in ids.items():
+        if value is not None:
+            facts.declared.append(DeclaredId(role, value, facts.vocab.text_of(value), Location(file, f"tokenizer.ggml.{keys[role]}")))
+    # Ollama's converter writes every generation_config eos here; its own engine stops on them.
+    extra = header.get("tokenizer.ggml.eos_token_ids")
+    for value in (extra.tolist() if hasattr(extra, "tolist") else extra or ()):
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts.declared.append(DeclaredId("eos", value, facts.vocab.text_of(value), Location(file, "tokenizer.ggml.eos_token_ids")))
     if header.chat_template is not None:
         facts.templates.append(ChatTemplate("default", header.chat_template, Location(file, "tokenizer.chat_template")))
     for name, source in (header.named_chat_templates or {}).items():

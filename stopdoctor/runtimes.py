@@ -42,6 +42,7 @@ LLAMA_CPP_EOG_TEXTS = (
     "<EOT>",
     "_<EOT>",
     "<｜end▁of▁sentence｜>",
+    "<|end_of_text|>",
     "<|eom_id|>",
     "<|return|>",
     "<|call|>",
@@ -82,10 +83,10 @@ def generation_eos(facts: ModelFacts) -> list[DeclaredId]:
 
 def tokenizer_eos(facts: ModelFacts) -> list[DeclaredId]:
     """The eos a tokenizer object reports (`tokenizer.eos_token_id`)."""
-    for file in ("tokenizer_config.json", "special_tokens_map.json"):
-        found = [d for d in facts.declared_for("eos", file) if d.id is not None]
-        if found:
-            return found[:1]
+    for file in facts.tokenizer_files:
+        declared = facts.declared_for("eos", file)
+        if declared:
+            return [d for d in declared[:1] if d.id is not None]
     return []
 
 
@@ -118,7 +119,7 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
 
 
 def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
-    eos = _stop_ids(facts.declared_for("eos"))
+    eos = _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
     eog = _dedupe(eos + _stop_ids(facts.declared_for("eot")) + _stop_ids(facts.declared_for("eom")) + _eog_by_text(facts))
     rule = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
     return [
@@ -134,7 +135,7 @@ def _eog_by_text(facts: ModelFacts) -> list[StopId]:
     for text in LLAMA_CPP_EOG_TEXTS:
         token_id = facts.vocab.id_of(text)
         if token_id is not None:
-            out.append(StopId(token_id, text, Location("(llama.cpp end-of-generation list)")))
+            out.append(StopId(token_id, text, Location("llama.cpp end-of-generation list")))
     return out
 
 

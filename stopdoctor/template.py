@@ -81,6 +81,10 @@ class TemplateRaisedError(TemplateError):
     """The template called its own `raise_exception(message)`: it rejects this conversation."""
 
 
+class TemplateIgnoresMessages(TemplateError):
+    """The template renders, but the conversation's content never appears in its output."""
+
+
 class TemplateLimitError(TemplateError):
     """The template was stopped: it broke the sandbox rules or exceeded a time or size limit."""
 
@@ -922,7 +926,8 @@ def _find_end_of_turn(source: str, special_tokens: Mapping[str, str] | None,
         # Every shape was rejected: surface the template's own reason for the simplest one.
         render_chat(source, [{"role": "user", "content": _U1}, {"role": "assistant", "content": _A1}],
                     special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get())
-        raise TemplateError("chat template renders no user/assistant conversation", None)
+        raise TemplateIgnoresMessages("chat template renders no user/assistant conversation: the messages never appear in its output",
+                                      "a chat template must write each message's content")
     markers: list[EndOfTurnMarker] = []
     seen: set[str] = set()
     for close in closes:

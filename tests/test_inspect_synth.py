@@ -123,3 +123,33 @@ def test_gen_config_only_says_what_is_missing(synth_root):
 def test_named_templates_are_all_listed(synth_root):
     result = inspect_model(str(synth_root / "named-templates"))
     assert {t.name for t in result.facts.templates} == {"default", "tool_use"}
+
+
+def test_special_tokens_map_wins_without_added_tokens_decoder(synth_root, tmp_path):
+    """transformers: a legacy tokenizer_config (no added_tokens_decoder) takes its special tokens
+    from special_tokens_map.json."""
+    import json
+    import shutil
+
+    folder = tmp_path / "legacy"
+    shutil.copytree(synth_root / "clean-chatml", folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["added_tokens_decoder"]
+    config["eos_token"] = "<|endoftext|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    special = json.loads((folder / "special_tokens_map.json").read_text())
+    special["eos_token"] = "<|im_end|>"
+    (folder / "special_tokens_map.json").write_text(json.dumps(special))
+    result = inspect_model(str(folder))
+    im_end = result.facts.vocab.id_of("<|im_end|>")
+    assert result.facts.token_text("eos") == "<|im_end|>"
+    assert [s.id for s in result.analysis.runtime("vllm").stops][0] == im_end
+
+
+def test_template_that_ignores_messages_is_a_finding(tmp_path):
+    import json
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ bos_token }}", "bos_token": "<s>", "eos_token": "</s>"}))
+    result = inspect_model(str(tmp_path))
+    (finding,) = [f for f in result.findings if f.name == "template-never-closes-turn"]
+    assert "never writes the conversation's messages" in finding.message

@@ -123,8 +123,9 @@ def eos_id_invalid(analysis: Analysis, self: Check):
     """
     facts = analysis.facts
     vocab = facts.vocab
-    tokenizer_ids = {d.id for d in tokenizer_eos(facts)} | {d.id for d in facts.declared_for("eos") if facts.is_gguf}
-    end_ids = tokenizer_ids | analysis.end_of_turn_ids
+    # the tokenizer's eos text is an independent witness of "the end token" (a GGUF has none:
+    # its eos id is the very declaration under test)
+    end_ids = {d.id for d in tokenizer_eos(facts)} | analysis.end_of_turn_ids
     by_location: dict[str, list] = {}
     for declared in facts.declared:
         if declared.role in ("eos", "eot", "eom") and declared.id is not None and declared.location.file != "tokenizer_config.json":
@@ -138,6 +139,7 @@ def eos_id_invalid(analysis: Analysis, self: Check):
                 yield self.finding(
                     f"{declared.location} is {token_id}, outside the vocabulary (size {vocab.size})",
                     "use the id of the eos / end-of-turn token", declared.location, id=token_id, vocab_size=vocab.size)
+                ends += 1  # reported; the group needs no second finding
                 continue
             text = vocab.text_of(token_id)
             if text is None:
@@ -147,6 +149,7 @@ def eos_id_invalid(analysis: Analysis, self: Check):
                 yield self.finding(
                     f"{declared.location} is {token_id}, the ordinary token {text!r}: generation stops in the middle of text",
                     "use the id of the eos / end-of-turn token", declared.location, id=token_id, text=text)
+                ends += 1
                 continue
             if token_id in end_ids or text in LLAMA_CPP_EOG_TEXTS or END_LIKE.search(text):
                 ends += 1

@@ -70,7 +70,11 @@ def template_never_closes_turn(analysis: Analysis, self: Check):
     Close every assistant turn with the eos / end-of-turn token: `{{ message.content + eos_token }}`.
     """
     template = analysis.facts.template
-    if template is not None and not analysis.end_of_turn:
+    if template is not None and analysis.ignores_messages:
+        yield self.finding("the chat template never writes the conversation's messages, so it has no turns to close",
+                           "use a chat template that writes each message and closes assistant turns with the end-of-turn token",
+                           template.location)
+    elif template is not None and not analysis.end_of_turn:
         yield self.finding("the chat template writes nothing after assistant content: there is no end-of-turn to stop on",
                            "close assistant turns with the end-of-turn token, e.g. {{ message['content'] + eos_token }}",
                            template.location)
