@@ -102,12 +102,21 @@ class ModelFacts:
         return self.gguf is not None
 
     def special_token_texts(self) -> dict[str, str]:
+        """The named special tokens a template sees (`bos_token`, `eos_token`, …), as
+        transformers passes them to `apply_chat_template`."""
         out = {}
-        for role in ("bos", "eos", "pad", "unk"):
-            text = self.token_text(role)
+        for role in ("bos", "eos", "unk", "sep", "pad", "cls", "mask"):
+            text = self.token_text(role) if role in ROLES else self._named_token(role)
             if text is not None:
                 out[f"{role}_token"] = text
         return out
+
+    def _named_token(self, role: str) -> str | None:
+        for file in self.tokenizer_files:
+            text = _token_content(self.documents.get(file, {}).get(f"{role}_token"))
+            if text is not None:
+                return text
+        return None
 
 
 # --- reading -------------------------------------------------------------------------------

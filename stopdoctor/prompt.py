@@ -33,7 +33,6 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
 ]
 
 # transformers' SPECIAL_TOKENS_ATTRIBUTES: the names `special_tokens_map` passes to templates.
-_SPECIAL_TOKEN_NAMES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
 # A template line quoted in an error message is cut to this many characters.
 _QUOTED_LINE_CHARS = 100
 
@@ -97,17 +96,8 @@ def load_tools(path: str | Path) -> list[dict]:
 
 
 def special_token_map(facts: ModelFacts) -> dict[str, str]:
-    """The named special tokens a template sees (`bos_token`, `eos_token`, ...), as
-    transformers' `special_tokens_map` gives them."""
-    out = dict(facts.special_token_texts())
-    for role in ("sep", "cls", "mask"):
-        for file in ("tokenizer_config.json", "special_tokens_map.json"):
-            value = facts.documents.get(file, {}).get(f"{role}_token")
-            if isinstance(value, dict):
-                value = value.get("content")
-            if isinstance(value, str):
-                out.setdefault(f"{role}_token", value)
-    return {f"{name}_token": out[f"{name}_token"] for name in _SPECIAL_TOKEN_NAMES if f"{name}_token" in out}
+    """The named special tokens a template sees (`bos_token`, `eos_token`, ...)."""
+    return facts.special_token_texts()
 
 
 def select_template(facts: ModelFacts, template: str | None = None, tools: list[dict] | None = None) -> ChatTemplate:
