@@ -61,7 +61,7 @@ def main() -> None:
     if gguf.is_file():
         ours = median_seconds([*stopdoctor, "inspect", "--json", str(gguf)], args.runs)
         rows.append(("stopdoctor inspect --json gemma GGUF", ours))
-        ggufdoctor = shutil.which("ggufdoctor")
+        ggufdoctor = shutil.which("ggufdoctor") or shutil.which("ggufdoctor", path=str(Path(sys.executable).parent))
         if ggufdoctor:
             theirs = median_seconds([ggufdoctor, "--fail-on", "never", str(gguf)], args.runs)
             rows.append(("ggufdoctor 0.3.0, same file", theirs))

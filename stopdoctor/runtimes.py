@@ -133,7 +133,9 @@ def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
 def _eog_by_text(facts: ModelFacts) -> list[StopId]:
     out = []
     for text in LLAMA_CPP_EOG_TEXTS:
-        token_id = facts.vocab.id_of(text)
+        # these texts only ever exist as added/control tokens; looking only there spares building
+        # a text index of a 262k GGUF vocabulary
+        token_id = facts.vocab.is_single_token(text)
         if token_id is not None:
             out.append(StopId(token_id, text, Location("llama.cpp end-of-generation list")))
     return out

@@ -70,7 +70,7 @@ class Vocabulary:
 
     def is_single_token(self, text: str) -> int | None:
         """The id when `text` is always encoded as one token (a special or added token)."""
-        token_id = self.id_of(text)
+        token_id = self.by_text.get(text)  # added and special tokens are always indexed here
         if token_id is not None and (token_id in self.special_ids or token_id in self.added_ids):
             return token_id
         return None
@@ -226,8 +226,9 @@ def mark_declared_special(vocab: Vocabulary, texts: Iterable[str]) -> None:
 
 
 def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
-    tokens = header.tokens
-    if tokens is None:
+    # The raw (lazy) sequence: single ids decode on demand, so inspect never decodes all 262k.
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, Sequence) or isinstance(tokens, str):
         return
     vocab.gguf_header = header
     vocab._gguf_tokens = tokens
