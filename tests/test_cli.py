@@ -67,3 +67,17 @@ def test_static_commands_do_not_import_torch_or_transformers(synth_root):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "stopdoctor", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "inspect" in out.stdout
+
+
+def test_slow_work_says_so_on_stderr_after_a_second(monkeypatch, capsys):
+    import time
+
+    from stopdoctor.cli import working
+
+    with working("converting the GGUF tokenizer…"):
+        time.sleep(1.3)
+    with working("fast"):
+        pass
+    time.sleep(1.2)  # a cancelled timer must stay silent
+    err = capsys.readouterr().err
+    assert err == "stopdoctor: converting the GGUF tokenizer…\n"

@@ -40,6 +40,36 @@ def say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+class working:
+    """Progress on stderr for anything that may take more than a second: a spinner on a
+    terminal; elsewhere one plain line, printed only if the work is still running after 1 s."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self._status = None
+        self._timer = None
+
+    def __enter__(self) -> working:
+        if sys.stderr.isatty():
+            from ..render.console import make_console
+
+            self._status = make_console(stderr=True).status(self.message)
+            self._status.start()
+        else:
+            import threading
+
+            self._timer = threading.Timer(1.0, say, [f"stopdoctor: {self.message}"])
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._status is not None:
+            self._status.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 def handles_errors(command: F) -> F:
     """Known errors become one line plus a hint and exit 2; anything else exits 3 with one line
     (the traceback only when STOPDOCTOR_DEBUG is set)."""

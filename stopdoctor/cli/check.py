@@ -14,7 +14,7 @@ from typing import Annotated, List, Optional  # typer reads these; `list[str] | 
 
 import typer
 
-from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 ModelsArg = Annotated[Optional[List[str]], typer.Argument(
     help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
@@ -45,7 +45,8 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
         say(f"stopdoctor: config {settings.config_file}")
     if live:
         require_live()  # before the static run: a runner without torch should fail fast, not after minutes
-    report = run_gate(settings, live=live)
+    with working("checking…"):
+        report = run_gate(settings, live=live)
     base = Path.cwd()
     document = _render(settings.format, report, base, exit_zero, color if output is None else False)
     if output is not None:

@@ -6,7 +6,20 @@ from typing import Annotated
 
 import typer
 
-from . import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout
+from . import (
+    ColorOpt,
+    FailOnOpt,
+    JsonOpt,
+    ModelArg,
+    RevisionOpt,
+    app,
+    color_for_stdout,
+    emit,
+    handles_errors,
+    parse_severity,
+    width_for_stdout,
+    working,
+)
 
 
 @app.command()
@@ -18,7 +31,8 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
     from ..api import inspect_model
     from ..report import exit_code
 
-    result = inspect_model(model, revision)
+    with working(f"inspecting {model}…"):
+        result = inspect_model(model, revision)
     if json:
         from ..render.inspect_json import render_inspect_json
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from . import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+from . import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 
 @app.command("probe-stop")
@@ -41,8 +41,9 @@ def probe_stop(
     if not texts and not from_template:
         raise InputError("no stop strings given", hint="give STOP arguments, or --from-template")
     samples = [read_corpus(path) for path in corpus or []]
-    report = probe_model(load(model, revision), texts, from_template=from_template, corpus=samples,
-                         corpus_files=[str(p) for p in corpus or []])
+    with working(f"reading {model} and probing…"):
+        report = probe_model(load(model, revision), texts, from_template=from_template, corpus=samples,
+                             corpus_files=[str(p) for p in corpus or []])
     for note in report.notes:
         say(f"stopdoctor: {note}")
     if json:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from . import ColorOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout
+from . import ColorOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 MessagesOpt = Annotated[Path | None, typer.Option(
     "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]
@@ -100,11 +100,12 @@ def render(
             "Use -m ROLE TEXT or --messages FILE.")
     tools = load_tools(tools_file) if tools_file is not None else None
 
-    facts = load(model, revision)
-    chosen = select_template(facts, template, tools)
-    options = dict(tools=tools, add_generation_prompt=not no_generation_prompt,
-                   continue_final_message=continue_final_message)
-    rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
+    with working(f"reading {model} and rendering…"):
+        facts = load(model, revision)
+        chosen = select_template(facts, template, tools)
+        options = dict(tools=tools, add_generation_prompt=not no_generation_prompt,
+                       continue_final_message=continue_final_message)
+        rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
 
     comparisons = None
     if compare is not None:
