@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Annotated, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
 from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError
 
@@ -32,7 +33,46 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 ColorOpt = Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off (default: auto; NO_COLOR is honoured).")]
 FailOnOpt = Annotated[str, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1: error, warning or info.")]
 
+MessageOpt = Annotated[list[str] | None, typer.Option(
+    "-m", "--message", metavar="ROLE TEXT", help="A message as ROLE TEXT, e.g. -m user \"Hi\" (repeatable).",
+    show_default=False)]
+
 F = TypeVar("F", bound=Callable[..., int | None])
+
+# typer cannot declare a repeatable option of two values, so `-m ROLE TEXT` is joined into one
+# value before parsing (NUL cannot occur in a command-line argument) and split in the command.
+_PAIR_SEPARATOR = "\x00"
+_MESSAGE_FLAGS = ("-m", "--message")
+
+
+class MessagePairCommand(TyperCommand):
+    def parse_args(self, ctx, args: list[str]) -> list[str]:  # type: ignore[override]
+        joined: list[str] = []
+        i = 0
+        while i < len(args):
+            if args[i] == "--":
+                joined += args[i:]
+                break
+            if args[i] in _MESSAGE_FLAGS and i + 2 < len(args):
+                joined += [args[i], args[i + 1] + _PAIR_SEPARATOR + args[i + 2]]
+                i += 3
+                continue
+            joined.append(args[i])
+            i += 1
+        return super().parse_args(ctx, joined)
+
+
+def message_pairs(values: list[str]) -> list[tuple[str, str]]:
+    from ..errors import InputError
+
+    pairs = []
+    for value in values:
+        role, sep, text = value.partition(_PAIR_SEPARATOR)
+        if not sep:
+            raise InputError(f"-m {role}: needs a role and a text", hint='e.g. -m user "What is the capital of France?"')
+        pairs.append((role, text))
+    return pairs
+
 
 
 def say(message: str) -> None:

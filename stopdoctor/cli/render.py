@@ -6,15 +6,25 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand
-
-from . import ColorOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
+from . import (
+    ColorOpt,
+    JsonOpt,
+    MessageOpt,
+    MessagePairCommand,
+    ModelArg,
+    RevisionOpt,
+    app,
+    color_for_stdout,
+    emit,
+    handles_errors,
+    message_pairs,
+    say,
+    width_for_stdout,
+    working,
+)
 
 MessagesOpt = Annotated[Path | None, typer.Option(
     "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]
-MessageOpt = Annotated[list[str] | None, typer.Option(
-    "-m", "--message", metavar="ROLE TEXT", help="A message as ROLE TEXT, e.g. -m user \"Hi\" (repeatable).",
-    show_default=False)]
 ToolsOpt = Annotated[Path | None, typer.Option("--tools", help="JSON list of tool schemas.", show_default=False)]
 TemplateOpt = Annotated[str | None, typer.Option(
     "--template", help="Render with another template: a file, or a named template of the model (e.g. tool_use).",
@@ -24,42 +34,7 @@ CompareOpt = Annotated[str | None, typer.Option(
     "with it and show the differences.", show_default=False)]
 
 
-# typer cannot declare a repeatable option of two values, so `-m ROLE TEXT` is joined into one
-# value before parsing (NUL cannot occur in a command-line argument) and split in the command.
-_PAIR_SEPARATOR = "\x00"
-_MESSAGE_FLAGS = ("-m", "--message")
-
-
-class _RenderCommand(TyperCommand):
-    def parse_args(self, ctx, args: list[str]) -> list[str]:  # type: ignore[override]
-        joined: list[str] = []
-        i = 0
-        while i < len(args):
-            if args[i] == "--":
-                joined += args[i:]
-                break
-            if args[i] in _MESSAGE_FLAGS and i + 2 < len(args):
-                joined += [args[i], args[i + 1] + _PAIR_SEPARATOR + args[i + 2]]
-                i += 3
-                continue
-            joined.append(args[i])
-            i += 1
-        return super().parse_args(ctx, joined)
-
-
-def _message_pairs(values: list[str]) -> list[tuple[str, str]]:
-    from ..errors import InputError
-
-    pairs = []
-    for value in values:
-        role, sep, text = value.partition(_PAIR_SEPARATOR)
-        if not sep:
-            raise InputError(f"-m {role}: needs a role and a text", hint='e.g. -m user "What is the capital of France?"')
-        pairs.append((role, text))
-    return pairs
-
-
-@app.command(cls=_RenderCommand)
+@app.command(cls=MessagePairCommand)
 @handles_errors
 def render(
     model: ModelArg,
@@ -93,7 +68,7 @@ def render(
     if messages_file is not None:
         conversations = load_conversations(messages_file)
     elif message:
-        conversations = [[{"role": role, "content": text} for role, text in _message_pairs(message)]]
+        conversations = [[{"role": role, "content": text} for role, text in message_pairs(message)]]
     else:
         conversations = [list(SAMPLE_CONVERSATION)]
         say("stopdoctor: no messages given; rendering a sample conversation (system + user). "

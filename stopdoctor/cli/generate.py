@@ -1,0 +1,121 @@
+"""`stopdoctor generate`: run a model (locally with transformers, or through an OpenAI-compatible
+server), stop as the chosen runtime would, and say why it stopped or why it did not.
+
+Exit codes: 0 it stopped (eos, stop id, stop string) or ran to the budget with no sign of a
+runaway; 1 it ran to the budget after a turn-ending token or with a hallucinated turn; 2 bad input
+or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import (
+    ColorOpt,
+    JsonOpt,
+    MessageOpt,
+    MessagePairCommand,
+    ModelArg,
+    RevisionOpt,
+    app,
+    color_for_stdout,
+    emit,
+    handles_errors,
+    message_pairs,
+    say,
+    width_for_stdout,
+    working,
+)
+
+
+@app.command(cls=MessagePairCommand)
+@handles_errors
+def generate(
+    model: ModelArg,
+    message: MessageOpt = None,
+    messages: Annotated[Path | None, typer.Option("--messages", help="A JSON file with a list of {role, content} messages.")] = None,
+    prompt: Annotated[str | None, typer.Option("--prompt", help="One user message, or with --raw the exact prompt text.")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="No chat template: send --prompt as a raw completion endpoint would.")] = False,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Token budget.")] = 64,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="A stop string, matched in the decoded text (repeatable).")] = None,
+    stop_id: Annotated[list[int] | None, typer.Option("--stop-id", help="A stop token id (repeatable); replaces the model's set unless --stops is given.")] = None,
+    stops: Annotated[str | None, typer.Option("--stops", help="Stop id set: model (the model's own runtime: transformers for folders, llama.cpp for GGUF), runtime:vllm|tgi|transformers|llama.cpp, or none.")] = None,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (the default).")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (with --temperature > 0).")] = 1.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="Random seed for sampling.")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto (GPU when present), cpu or cuda.")] = "auto",
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load pickled .bin weights (they can run code) when there is no .safetensors.")] = False,
+    server: Annotated[str | None, typer.Option("--server", help="An OpenAI-compatible server URL (vLLM, TGI, llama.cpp, Ollama, transformers serve).")] = None,
+    route: Annotated[str | None, typer.Option("--route", help="Server route: chat or completions (default: chat for templated prompts).")] = None,
+    server_model: Annotated[str | None, typer.Option("--server-model", help="Model name to send to the server (default: the one it serves).")] = None,
+    trace: Annotated[bool, typer.Option("--trace", help="Print every step: id, token text, special or not.")] = False,
+    fragment_test: Annotated[bool, typer.Option("--fragment-test", help="Quick base-vs-instruct test by behaviour.")] = False,
+    revision: RevisionOpt = None,
+    json: JsonOpt = False,
+    color: ColorOpt = None,
+) -> int:
+    """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
+    from ..diagnose import exit_code
+    from ..errors import InputError
+    from ..generate import (
+        LocalEngine,
+        Sampling,
+        ServerEngine,
+        build_prompt,
+        fragment_test as run_fragment_test,
+        load_context,
+        read_messages,
+        resolve_stops,
+        run_generate,
+    )
+
+    if max_new_tokens < 1:
+        raise InputError("--max-new-tokens must be at least 1")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise InputError("--temperature must be >= 0 and --top-p in (0, 1]")
+    if route not in (None, "chat", "completions"):
+        raise InputError(f"--route {route!r}: use chat or completions")
+    given = sum(x is not None and x != [] for x in (message, messages, prompt))
+    if given > 1:
+        raise InputError("give the prompt one way: -m, --messages or --prompt")
+    if not fragment_test and given == 0:
+        raise InputError("nothing to generate from", hint='give -m user "text", --messages FILE, or --prompt TEXT (--raw)')
+    if raw and prompt is None and not fragment_test:
+        raise InputError("--raw needs --prompt TEXT")
+
+    context = load_context(model, revision)
+    if server is not None:
+        engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
+        engine.pick_model(model, context.facts.source.root)
+    else:
+        with working(f"loading {model} with transformers…"):
+            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle)
+
+    if fragment_test:
+        from ..render.generation import render_fragment_human, render_fragment_json
+
+        with working("running the fragment test…"):
+            verdict = run_fragment_test(context, engine, max_new_tokens)
+        emit(render_fragment_json(model, verdict) if json else
+             render_fragment_human(model, verdict, color_for_stdout(color), width_for_stdout()))
+        return 0
+
+    chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
+    built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
+    stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), list(stop or []))
+    sampling = Sampling(temperature, top_p, seed)
+    with working(f"generating up to {max_new_tokens} tokens…"):
+        result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+    if json:
+        from ..render.generation import render_generation_json
+
+        emit(render_generation_json(result))
+    else:
+        from ..render.generation import render_generation_human
+
+        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace,
+                                     max_new_tokens=max_new_tokens))
+    return exit_code(result.generation, result.diagnosis)

@@ -1,0 +1,302 @@
+"""`stopdoctor generate` on the real test models: stopping as a runtime would, the diagnosis of a
+runaway, a real `transformers serve` server, and the base-vs-instruct fragment test.
+
+Tests that load weights are marked slow and share one loaded model per folder (session scope).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from stopdoctor.cli import app
+from stopdoctor.errors import InputError
+from stopdoctor.generate import Sampling, build_prompt, load_context, resolve_stops, run_generate
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+runner = CliRunner()
+
+
+def _cli(*args: str):
+    return runner.invoke(app, ["generate", *args])
+
+
+# --------------------------------------------------------------------------------------------
+# No weights needed
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broken_context(real_models):
+    return load_context(str(real_models.smollm2_hf_broken_eos))
+
+
+def test_default_stops_are_the_models_own_runtime_and_say_so(real_models, broken_context):
+    stops = resolve_stops(broken_context.analysis, None, [], [])
+    assert stops.source == "transformers"
+    assert stops.id_list == [0]  # the broken generation_config.json eos
+    assert stops.ids[0].location.file == "generation_config.json"
+    gguf = load_context(str(real_models.smollm2_gguf))
+    assert resolve_stops(gguf.analysis, None, [], []).source == "llama.cpp"
+
+
+def test_stop_options_combine_as_documented(broken_context):
+    analysis = broken_context.analysis
+    assert resolve_stops(analysis, "runtime:vllm", [], []).id_list == [0, 2]  # tokenizer eos + generation eos
+    only = resolve_stops(analysis, None, [7], ["###"])
+    assert (only.id_list, only.strings, only.source) == ([7], ("###",), "--stop-id")
+    both = resolve_stops(analysis, "model", [2], [])
+    assert both.id_list == [0, 2]
+    assert resolve_stops(analysis, "none", [], []).id_list == []
+    for bad in ("runtime:nope", "whatever"):
+        with pytest.raises(InputError):
+            resolve_stops(analysis, bad, [], [])
+    with pytest.raises(InputError):
+        resolve_stops(analysis, None, [10**9], [])
+
+
+def test_templated_and_raw_prompts(broken_context):
+    facts = broken_context.facts
+    chat = build_prompt(facts, messages=QUESTION)
+    assert chat.templated and chat.text.endswith("<|im_start|>assistant\n")
+    assert chat.ids[0] == 1  # <|im_start|> written by the template, encoded as the special token
+    raw = build_prompt(facts, prompt="The capital of France is", raw=True)
+    assert not raw.templated and raw.text == "The capital of France is"
+    assert 1 not in raw.ids
+
+
+def test_missing_torch_says_how_to_install_it(real_models, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    result = _cli(str(real_models.smollm2_hf), "--prompt", "Hi")
+    assert result.exit_code == 2
+    assert "stopdoctor[runtime]" in result.output
+
+
+def test_pickle_only_weights_are_refused_without_allow_pickle(real_models, tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(real_models.smollm2_hf / name, folder / name)
+    (folder / "pytorch_model.bin").write_bytes(b"not loaded")
+    result = _cli(str(folder), "--prompt", "Hi", "--device", "cpu")
+    assert result.exit_code == 2
+    assert "pickle" in result.output and "--allow-pickle" in result.output
+
+
+def test_bad_input_exits_2(real_models):
+    assert _cli(str(real_models.smollm2_hf)).exit_code == 2  # no prompt
+    assert _cli(str(real_models.smollm2_hf), "--prompt", "x", "--max-new-tokens", "0").exit_code == 2
+    assert _cli(str(real_models.smollm2_hf), "--prompt", "x", "--stops", "runtime:nope").exit_code == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Real generation (one loaded SmolLM2 shared by the tests of this file)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol(real_models):
+    from stopdoctor.generate import LocalEngine
+
+    context = load_context(str(real_models.smollm2_hf))
+    return context, LocalEngine.load(context.facts, device="cpu")
+
+
+@pytest.mark.slow
+def test_smollm2_stops_on_im_end(smol):
+    context, engine = smol
+    prompt = build_prompt(context.facts, messages=QUESTION)
+    result = run_generate(context, engine, prompt, resolve_stops(context.analysis, None, [], []), 64)
+    g = result.generation
+    assert g.finish_reason == "stop"
+    assert (g.cause.kind, g.cause.id, g.cause.text) == ("eos", 2, "<|im_end|>")
+    assert g.cause.location.file == "generation_config.json"
+    assert len(g.tokens) < 20 and g.tokens[-1] == 2
+    assert "Paris" in g.text and "<|im_end|>" not in g.text  # the stop token's text is not reported
+    assert result.diagnosis.should_have_stopped is None and result.diagnosis.hallucinated_turn is None
+
+
+@pytest.mark.slow
+def test_smollm2_with_stop_id_0_runs_away_and_says_why(smol):
+    context, engine = smol
+    prompt = build_prompt(context.facts, messages=QUESTION)
+    result = run_generate(context, engine, prompt, resolve_stops(context.analysis, None, [0], []), 24)
+    g, d = result.generation, result.diagnosis
+    assert g.finish_reason == "length" and len(g.tokens) == 24
+    assert (d.should_have_stopped.id, d.should_have_stopped.text) == (2, "<|im_end|>")
+    step = d.should_have_stopped.step
+    assert g.tokens[step] == 2 and 2 not in g.tokens[:step]
+    assert d.counterfactual.stop_ids == (0, 2) and d.counterfactual.wasted == 24 - step - 1
+    assert d.hallucinated_turn.role == "user" and d.hallucinated_turn.step > step
+    assert "<|im_start|>user\n" in g.text  # special tokens visible
+
+
+@pytest.mark.slow
+def test_greedy_loop_matches_model_generate(smol):
+    import torch
+
+    context, engine = smol
+    prompt = build_prompt(context.facts, messages=QUESTION)
+    ours = run_generate(context, engine, prompt, resolve_stops(context.analysis, "none", [], []), 16).generation.tokens
+    with torch.inference_mode():
+        out = engine.model.generate(torch.tensor([prompt.ids]), max_new_tokens=16, do_sample=False,
+                                    eos_token_id=None, pad_token_id=2)
+    assert ours == out[0, len(prompt.ids):].tolist()
+
+
+@pytest.mark.slow
+def test_stop_string_is_held_back_and_located(smol):
+    context, engine = smol
+    prompt = build_prompt(context.facts, messages=QUESTION)
+    result = run_generate(context, engine, prompt, resolve_stops(context.analysis, None, [], [" Paris"]), 32)
+    g = result.generation
+    assert g.finish_reason == "stop" and g.cause.kind == "stop_string" and g.cause.stop_string == " Paris"
+    assert g.text == "The capital of France is"
+    assert "Paris" in g.steps[g.cause.step].text and len(g.tokens) == g.cause.step + 1
+
+
+@pytest.mark.slow
+def test_sampling_with_a_seed_is_reproducible(smol):
+    context, engine = smol
+    prompt = build_prompt(context.facts, prompt="Once upon a time", raw=True)
+    stops = resolve_stops(context.analysis, "none", [], [])
+    runs = [run_generate(context, engine, prompt, stops, 8, Sampling(0.9, 0.95, 123)).generation.tokens for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 8
+
+
+@pytest.mark.slow
+def test_fragment_test_says_instruct_for_smollm2(smol):
+    from stopdoctor.generate import fragment_test
+
+    context, engine = smol
+    verdict = fragment_test(context, engine, 24)
+    assert verdict.verdict == "instruct"
+    assert [p.name for p in verdict.probes] == ["raw fragment", "chat question"]
+    assert verdict.probes[1].ended_turn
+
+
+@pytest.mark.slow
+def test_cli_broken_eos_folder_json_contract_and_exit_1(real_models):
+    result = _cli(str(real_models.smollm2_hf_broken_eos), "-m", "user", "What is the capital of France?",
+                  "--max-new-tokens", "24", "--device", "cpu", "--json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["finish_reason"] == "length" and doc["cause"] == {"kind": "length", "step": 23}
+    assert doc["stops"]["source"] == "transformers" and [s["id"] for s in doc["stops"]["ids"]] == [0]
+    assert doc["should_have_stopped"]["id"] == 2 and doc["should_have_stopped"]["text"] == "<|im_end|>"
+    assert doc["hallucinated_turn"]["role"] == "user"
+    assert len(doc["tokens"]) == 24 and doc["text"].startswith("The capital of France is Paris.<|im_end|>")
+
+
+@pytest.mark.slow
+def test_cli_human_report_and_trace(real_models):
+    result = _cli(str(real_models.smollm2_hf), "--prompt", "What is the capital of France?", "--device", "cpu",
+                  "--trace", "--no-color")
+    assert result.exit_code == 0, result.output
+    assert "stop: eos <|im_end|> (id 2)" in result.stdout
+    assert "generation_config.json:eos_token_id" in result.stdout
+    assert "special" in result.stdout  # the trace marks the <|im_end|> step
+
+
+# --------------------------------------------------------------------------------------------
+# A real OpenAI-compatible server: `transformers serve`
+# --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_broken(real_models, tmp_path_factory):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("openai")
+    exe = Path(sys.executable).with_name("transformers")
+    if not exe.exists():
+        pytest.skip("the transformers CLI is not installed next to this Python")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            [str(exe), "serve", str(real_models.smollm2_hf_broken_eos), "--host", "127.0.0.1", "--port", str(port),
+             "--device", "cpu"],
+            stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"transformers serve did not come up:\n{log.read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_server_runaway_is_flagged_even_with_special_tokens_stripped(real_models, served_broken):
+    result = _cli(str(real_models.smollm2_hf_broken_eos), "--server", served_broken, "-m", "user",
+                  "What is the capital of France?", "--max-new-tokens", "24", "--json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    server = doc["server"]
+    assert server["finish_reason"] == "length" and doc["finish_reason"] == "length"
+    assert server["usage"]["completion_tokens"] == 24
+    # transformers serve refuses vLLM's stop_token_ids; stopdoctor says so and retries without.
+    assert server["rejected_fields"] == ["stop_token_ids"]
+    assert "<|im_start|>" not in doc["text"] and "Paris" in doc["text"]
+    assert doc["hallucinated_turn"]["role"] == "user"
+    assert doc["hallucinated_turn"]["source"] == "role word on its own line"
+
+
+@pytest.mark.slow
+def test_server_stop_string_is_passed_through(real_models, served_broken):
+    result = _cli(str(real_models.smollm2_hf_broken_eos), "--server", served_broken, "--prompt",
+                  "What is the capital of France?", "--stop", "Paris", "--max-new-tokens", "24", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["server"]["finish_reason"] == "stop" and doc["server"]["sent"]["stop"] == ["Paris"]
+    assert doc["server"]["usage"]["completion_tokens"] < 24
+
+
+def test_unreachable_server_exits_2(real_models):
+    result = _cli(str(real_models.smollm2_hf), "--server", f"http://127.0.0.1:{_free_port()}", "--prompt", "Hi")
+    assert result.exit_code == 2 and "cannot reach" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# Gemma 3 270M base (GGUF: slow to load, one test)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gemma_base_runs_to_the_budget_and_the_fragment_test_says_base(real_models):
+    result = _cli(str(real_models.gemma_gguf), "--fragment-test", "--max-new-tokens", "24", "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "base"
+    raw = doc["probes"][0]
+    assert raw["name"] == "raw fragment" and raw["finish_reason"] == "length" and len(raw["tokens"]) == 24
