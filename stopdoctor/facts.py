@@ -145,12 +145,12 @@ def load_json(path: Path, name: str) -> Any:
         raise InputError(f"{name}: JSON nested too deeply") from exc
 
 
-def load_text(path: Path, name: str) -> str:
+def load_text(path: Path, name: str, max_bytes: int = MAX_TEXT_BYTES, encoding: str = "utf-8") -> str:
     try:
         size = path.stat().st_size
-        if size > MAX_TEXT_BYTES:
-            raise InputError(f"{name}: {size / 1e6:.0f} MB is too large for a template or model card")
-        return path.read_bytes().decode("utf-8")
+        if size > max_bytes:
+            raise InputError(f"{name}: {size / 1e6:.1f} MB is larger than the {max_bytes / 1e6:.0f} MB this file can be")
+        return path.read_bytes().decode(encoding)
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .model import Location
+from .facts import load_json, load_text
 
 if TYPE_CHECKING:
     from .analysis import Analysis
@@ -89,15 +90,7 @@ def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
 
 
 def _read(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        if size > MAX_SERVING_BYTES:
-            raise InputError(f"{path}: {size / 1e6:.1f} MB is too large for a serving configuration")
-        return path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: is not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    return load_text(path, str(path), max_bytes=MAX_SERVING_BYTES, encoding="utf-8-sig")
 
 
 def guess_kind(path: Path, text: str) -> str:
@@ -497,7 +490,6 @@ def _resolve_folder(path: Path, value: str) -> Path | None:
 
 
 def _generation_folder_eos(folder: Path) -> set[int]:
-    from .facts import load_json
 
     for name in ("generation_config.json", "config.json"):
         file = folder / name
@@ -518,18 +510,8 @@ def _generation_folder_eos(folder: Path) -> set[int]:
 def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
     """Run the SD4xx checks (the registered functions, with the config attached to a copy of the
     analysis: registered checks see no `serving` attribute in a model-only run and yield nothing)."""
-    from .checks import REGISTRY, _crashed
-    from .checks import serving as _serving_checks  # noqa: F401  (registers SD4xx)
+    from .checks import run_checks
 
     wrapped = copy.copy(analysis)
     wrapped.serving = serving  # type: ignore[attr-defined]
-    findings: list[Finding] = []
-    for code in sorted(REGISTRY):
-        if not code.startswith("SD4"):
-            continue
-        registered = REGISTRY[code]
-        try:
-            findings.extend(registered.function(wrapped, registered))
-        except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
-            findings.append(_crashed(registered, error))
-    return sorted(findings, key=lambda f: (-f.severity, f.code))
+    return run_checks(wrapped, prefix="SD4")
