@@ -32,7 +32,6 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
     {"role": "user", "content": "What is the capital of France?"},
 ]
 
-# transformers' SPECIAL_TOKENS_ATTRIBUTES: the names `special_tokens_map` passes to templates.
 # A template line quoted in an error message is cut to this many characters.
 _QUOTED_LINE_CHARS = 100
 

@@ -310,3 +310,12 @@ def test_commands_run_without_importing_transformers(args: list[str]) -> None:
     imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
     assert "stopdoctor" in imported  # the check really saw the imports
     assert "transformers" not in imported and "torch" not in imported
+
+
+def test_render_without_messages_falls_back_when_the_template_rejects_a_system_turn(synth_root):
+    from .helpers import cli
+
+    run = cli("render", "--json", str(synth_root / "clean-mistral"))
+    assert run.code == 0, run.stderr
+    assert "rejects a system turn" in run.stderr
+    assert "What is the capital of France?" in run.json()["text"]

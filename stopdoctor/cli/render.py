@@ -52,7 +52,7 @@ def render(
 ) -> int:
     """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
     from ..api import load
-    from ..errors import InputError
+    from ..errors import InputError, TemplateError
     from ..prompt import (
         SAMPLE_CONVERSATION,
         compare_prompts,
@@ -80,7 +80,14 @@ def render(
         chosen = select_template(facts, template, tools)
         options = dict(tools=tools, add_generation_prompt=not no_generation_prompt,
                        continue_final_message=continue_final_message)
-        rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
+        try:
+            rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
+        except TemplateError:
+            if messages_file is not None or message:
+                raise
+            # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
+            say("stopdoctor: the template rejects a system turn; rendering the user message alone.")
+            rendered = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
 
     comparisons = None
     if compare is not None:
