@@ -12,6 +12,7 @@ from .checks import run_checks
 from .facts import ModelFacts, load_facts
 from .model import ModelSource
 from .report import Finding
+from .runtimes import primary_runtime
 from .source import resolve
 
 # What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
@@ -34,7 +35,7 @@ class InspectResult:
     @property
     def primary_runtime(self) -> str:
         """The runtime whose stop ids are called "effective": the model's own format's runtime."""
-        return "llama.cpp" if self.source.kind == "gguf" else "transformers"
+        return primary_runtime(self.facts)
 
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:

@@ -38,7 +38,7 @@ from .diagnose import (
 from .errors import InputError, MissingDependencyError
 from .facts import ModelFacts, load_facts
 from .model import Location, ModelSource
-from .runtimes import RUNTIMES, StopId
+from .runtimes import RUNTIMES, StopId, dedupe, primary_runtime
 from .source import resolve
 from .stopmatch import IncrementalDetokenizer, StopStringMatcher
 from .template import render_chat
@@ -88,11 +88,6 @@ class StopSet:
         return sorted({s.id for s in self.ids})
 
 
-def primary_runtime(facts: ModelFacts) -> str:
-    """The runtime a model's own format runs in: llama.cpp for GGUF, transformers for HF folders."""
-    return "llama.cpp" if facts.is_gguf else "transformers"
-
-
 def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], stop_strings: list[str]) -> StopSet:
     """`stops` is "model" (the model's own runtime), "runtime:NAME", "none", or None (model,
     unless --stop-id gives the ids). --stop-id ids are added to an explicit --stops set."""
@@ -127,13 +122,7 @@ def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], st
     if stop_ids:
         sources.append("--stop-id")
         rules.append("ids given with --stop-id")
-    seen: set[int] = set()
-    unique = []
-    for stop in chosen:
-        if stop.id not in seen:
-            seen.add(stop.id)
-            unique.append(stop)
-    return StopSet(tuple(unique), tuple(dict.fromkeys(stop_strings)), " + ".join(sources) or "none",
+    return StopSet(tuple(dedupe(chosen)), tuple(dict.fromkeys(stop_strings)), " + ".join(sources) or "none",
                    "; ".join(rules) or "no stop ids")
 
 
@@ -559,6 +548,6 @@ def fragment_test(context: ModelContext, engine: LocalEngine | ServerEngine, max
 
 __all__ = [
     "FragmentVerdict", "GenerateResult", "LocalEngine", "ModelContext", "Prompt", "Sampling", "ServerEngine",
-    "StopSet", "build_prompt", "fragment_test", "load_context", "primary_runtime",
+    "StopSet", "build_prompt", "fragment_test", "load_context",
     "read_messages", "require_torch", "resolve_stops", "run_generate",
 ]

@@ -102,7 +102,7 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
     gen_is_list = isinstance(facts.documents.get("generation_config.json", {}).get("eos_token_id"), list)
     out = [
         RuntimeStops("transformers", tuple(_stop_ids(generation)), f"{gen_file} eos_token_id only", generation_known),
-        RuntimeStops("vllm", tuple(_dedupe(_stop_ids(tokenizer) + _stop_ids(generation))),
+        RuntimeStops("vllm", tuple(dedupe(_stop_ids(tokenizer) + _stop_ids(generation))),
                      f"tokenizer eos plus {gen_file} eos_token_id", generation_known and tokenizer_known),
         RuntimeStops(
             "tgi",
@@ -112,7 +112,7 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
         ),
     ]
     converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
-    out.append(RuntimeStops("llama.cpp", tuple(_dedupe(_stop_ids(converted) + _eog_by_text(facts))),
+    out.append(RuntimeStops("llama.cpp", tuple(dedupe(_stop_ids(converted) + _eog_by_text(facts))),
                             "after convert_hf_to_gguf: tokenizer eos plus tokens on llama.cpp's end-of-generation list",
                             tokenizer_known or bool(converted)))
     return out
@@ -120,7 +120,7 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
 
 def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
     eos = _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
-    eog = _dedupe(eos + _stop_ids(facts.declared_for("eot")) + _stop_ids(facts.declared_for("eom")) + _eog_by_text(facts))
+    eog = dedupe(eos + _stop_ids(facts.declared_for("eot")) + _stop_ids(facts.declared_for("eom")) + _eog_by_text(facts))
     rule = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
     return [
         RuntimeStops("transformers", tuple(eos), rule),
@@ -141,7 +141,14 @@ def _eog_by_text(facts: ModelFacts) -> list[StopId]:
     return out
 
 
-def _dedupe(stops: list[StopId]) -> list[StopId]:
+def primary_runtime(facts: ModelFacts) -> str:
+    """The runtime a model's own format runs in: llama.cpp for GGUF, transformers for HF folders.
+    Its stop ids are the ones reported as "effective"."""
+    return "llama.cpp" if facts.is_gguf else "transformers"
+
+
+def dedupe(stops: list[StopId]) -> list[StopId]:
+    """First declaration of each id wins (it is the one whose file is cited)."""
     seen: set[int] = set()
     out = []
     for stop in stops:
