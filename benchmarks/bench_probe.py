@@ -20,7 +20,7 @@ STOPS = ["User:", "\nUser:", "\n\nUser:", "<|im_end|>", "Human:", "\n\nHuman:", 
 
 
 def main() -> None:
-    default = Path(os.environ.get("STOPDOCTOR_TEST_MODELS", "")) / "smollm2-hf" / "tokenizer.json"
+    default = Path(os.environ.get("STOPDOCTOR_TEST_MODELS", Path.home() / ".cache" / "stopdoctor" / "test-models")) / "smollm2-hf" / "tokenizer.json"
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     start = time.perf_counter()
     tokenizer = Tokenizer.from_file(str(path))

@@ -57,7 +57,7 @@ def per_token_us(fn, tokenizer: Tokenizer, ids: list[int], repeat: int) -> float
 
 
 def main() -> None:
-    default = Path(os.environ.get("STOPDOCTOR_TEST_MODELS", "")) / "smollm2-hf" / "tokenizer.json"
+    default = Path(os.environ.get("STOPDOCTOR_TEST_MODELS", Path.home() / ".cache" / "stopdoctor" / "test-models")) / "smollm2-hf" / "tokenizer.json"
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     tokenizer = Tokenizer.from_file(str(path))
     print(f"tokenizer: {path}")

@@ -25,3 +25,14 @@ def cli(*args: str, env: dict | None = None) -> Run:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def test_models_dir():
+    """Where fixtures/realmodels.py put the real test models ($STOPDOCTOR_TEST_MODELS, else
+    ~/.cache/stopdoctor/test-models)."""
+    from fixtures.realmodels import default_cache_dir
+
+    return default_cache_dir()
+
+
+test_models_dir.__test__ = False  # a helper, not a test

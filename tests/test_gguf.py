@@ -23,6 +23,8 @@ from stopdoctor.errors import InputError  # noqa: E402
 from stopdoctor.gguf import GGUFHeader, LazyStrings, read_header  # noqa: E402
 from stopdoctor.model import Token  # noqa: E402
 
+from .helpers import test_models_dir
+
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
 
@@ -302,10 +304,10 @@ def test_random_corruption_is_an_input_error_or_a_header(model_file: Path, tmp_p
 
 
 def real_model(name: str) -> Path:
-    folder = os.environ.get("STOPDOCTOR_TEST_MODELS")
-    if not folder or not (Path(folder) / name).is_file():
-        pytest.skip(f"{name} not found: set STOPDOCTOR_TEST_MODELS to a folder holding it")
-    return Path(folder) / name
+    folder = test_models_dir()
+    if not (folder / name).is_file():
+        pytest.skip(f"{name} not found in {folder}: run `python fixtures/realmodels.py`")
+    return folder / name
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from stopdoctor.probe import DEFAULT_CONTEXTS, SAMPLE_ANSWERS, FalsePositive, StopProbe, probe_stop
+
+from .helpers import test_models_dir
 
 
 @functools.cache
@@ -30,9 +31,8 @@ def tiny_bytelevel() -> Tokenizer:
 
 
 def smollm2_path() -> Path | None:
-    root = os.environ.get("STOPDOCTOR_TEST_MODELS")
-    path = Path(root) / "smollm2-hf" / "tokenizer.json" if root else None
-    return path if path is not None and path.is_file() else None
+    path = test_models_dir() / "smollm2-hf" / "tokenizer.json"
+    return path if path.is_file() else None
 
 
 needs_smollm2 = pytest.mark.skipif(smollm2_path() is None, reason="STOPDOCTOR_TEST_MODELS/smollm2-hf absent")

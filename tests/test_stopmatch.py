@@ -7,7 +7,6 @@ must agree on the step, the offset and the emitted text, and must never emit a s
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from stopdoctor.stopmatch import IncrementalDetokenizer, StopHit, StopStringMatcher
+
+from .helpers import test_models_dir
 
 CORPUS_LINES = [
     "The capital of France is Paris.",
@@ -50,9 +51,8 @@ def trained_tokenizer() -> Tokenizer:
 
 
 def smollm2_path() -> Path | None:
-    root = os.environ.get("STOPDOCTOR_TEST_MODELS")
-    path = Path(root) / "smollm2-hf" / "tokenizer.json" if root else None
-    return path if path is not None and path.is_file() else None
+    path = test_models_dir() / "smollm2-hf" / "tokenizer.json"
+    return path if path.is_file() else None
 
 
 @functools.cache
