@@ -25,6 +25,8 @@ class Vocabulary:
     """Token ids and texts. `complete` is False when only the added/special tokens are known
     (no tokenizer.json), so "not in the vocabulary" can only be said about ids past `size`."""
 
+    # added/special tokens, and every token of vocabularies known only from JSON configs; the
+    # ordinary tokens of tokenizer.json / GGUF are looked up in those on demand
     by_text: dict[str, int] = field(default_factory=dict)
     by_id: dict[int, str] = field(default_factory=dict)
     special_ids: set[int] = field(default_factory=set)
@@ -47,20 +49,25 @@ class Vocabulary:
         known = (max(self.by_id) + 1) if self.by_id else 0
         if self._gguf_tokens is not None:
             known = max(known, len(self._gguf_tokens))
+        if self.tokenizer_file is not None:
+            known = max(known, self._tokenizer.get_vocab_size(with_added_tokens=True))
         if self.declared_size is not None:
             return max(known, self.declared_size)
         return known or None
 
     def id_of(self, text: str) -> int | None:
         found = self.by_text.get(text)
+        if found is None and self.tokenizer_file is not None:
+            return self._tokenizer.token_to_id(text)
         if found is None and self._gguf_tokens is not None:
-            index = self._gguf_index().get(text)
-            return index
+            return self._gguf_index().get(text)
         return found
 
     def text_of(self, token_id: int) -> str | None:
         if token_id in self.by_id:
             return self.by_id[token_id]
+        if self.tokenizer_file is not None and token_id >= 0:
+            return self._tokenizer.id_to_token(token_id)
         if self._gguf_tokens is not None and 0 <= token_id < len(self._gguf_tokens):
             return self._gguf_tokens[token_id]
         return None
@@ -174,10 +181,7 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     except Exception as exc:  # the library raises plain Exception subclasses
         raise InputError(f"tokenizer.json: cannot be loaded by the tokenizers library: {_first_line(exc)}") from exc
     vocab.tokenizer_file = path
-    vocab._tokenizer = tokenizer
-    for text, token_id in tokenizer.get_vocab(with_added_tokens=False).items():
-        vocab.by_id.setdefault(token_id, text)
-        vocab.by_text.setdefault(text, token_id)
+    vocab._tokenizer = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
     vocab.complete = True
     location = Location("tokenizer.json", "added_tokens")
     for token_id, added in tokenizer.get_added_tokens_decoder().items():
