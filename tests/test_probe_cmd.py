@@ -109,3 +109,19 @@ def test_smollm2_user_after_space_is_missed_by_an_id_match(real_models) -> None:
     # the GGUF of the same model tokenizes the same way
     gguf = probe_json("\\nUser:", "User:", "--model", str(real_models.smollm2_gguf))
     assert [s["contexts"] for s in gguf["stops"]] == [s["contexts"] for s in document["stops"]]
+
+
+@pytest.mark.slow
+def test_gemma_gguf_end_of_turn_is_one_special_token(real_gguf_models) -> None:
+    model = str(real_gguf_models.gemma_gguf)
+    document = probe_json("<end_of_turn>", "\\n\\nUser:", "--model", model)
+    eot = stop_of(document, "<end_of_turn>")
+    token_id = load(model).vocab.id_of("<end_of_turn>")
+    assert eot["standalone_ids"] == [token_id]
+    assert eot["special_token_id"] == token_id
+    assert any(str(token_id) in r for r in eot["recommendations"])
+    user = stop_of(document, "\n\nUser:")
+    assert len(user["contexts"]) >= 12 and all(c["ids"] for c in user["contexts"])
+    # Gemma is a base model without a template: there is no user header to derive stops from
+    result = run("--from-template", "--model", model)
+    assert result.exit_code == 2 and "template" in result.stderr
