@@ -5,6 +5,7 @@ Imports: source, facts, analysis, checks, report.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from .analysis import Analysis, analyze
@@ -13,6 +14,7 @@ from .facts import ModelFacts, load_facts
 from .model import ModelSource
 from .report import Finding
 from .runtimes import primary_runtime
+from .serving import ServingConfig
 from .source import resolve
 
 # What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
@@ -40,6 +42,15 @@ class InspectResult:
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
     return load_facts(resolve(spec, revision))
+
+
+def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
+    """Run the SD4xx checks on a model and the serving configuration deployed with it: the
+    registered functions, with the config attached to a copy of the analysis (on a plain model
+    analysis they see no `serving` attribute and yield nothing)."""
+    wrapped = copy.copy(analysis)
+    wrapped.serving = serving  # type: ignore[attr-defined]
+    return run_checks(wrapped, prefix="SD4")
 
 
 def inspect_model(spec: str, revision: str | None = None) -> InspectResult:

@@ -505,13 +505,9 @@ def live_findings(result: Any, expectation: Expectation | None) -> list[Finding]
 
 
 def _serving_findings(analysis: Any, path: Path, cache: dict[Path, Any]) -> list[Finding]:
-    try:
-        from . import serving
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__package__}.serving":
-            raise
-        raise InputError(f"{path}: this stopdoctor cannot read serving configurations yet",
-                         hint="drop --serving / serving = [...] or upgrade stopdoctor") from None
+    from .api import serving_findings
+    from .serving import load_serving
+
     if path not in cache:
-        cache[path] = serving.load_serving(path)
-    return list(serving.serving_findings(analysis, cache[path]))
+        cache[path] = load_serving(path)
+    return serving_findings(analysis, cache[path])

@@ -220,7 +220,7 @@ def _ids(value) -> list[int]:
 
 
 def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str]) -> list[FileEdit]:
-    from .serving import serving_findings
+    from .api import serving_findings
 
     findings = serving_findings(analysis, serving)
     codes = {f.code for f in findings}

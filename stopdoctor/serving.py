@@ -10,14 +10,13 @@ Parses four kinds of file into one `ServingConfig`, each value with the place it
 
 `effective_stops` works out what the served model really stops on, from the model's `Analysis`
 and the config, following each runtime's source (cited in stopdoctor/checks/serving.py).
-`serving_findings` runs the SD4xx checks on a model and a config.
+`stopdoctor.api.serving_findings` runs the SD4xx checks on a model and a config.
 
 Imports: model, errors, facts, runtimes, template (lazily: checks, analysis only as a type).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -27,12 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .model import Location
 from .facts import load_json, load_text
+from .model import Location
 
 if TYPE_CHECKING:
     from .analysis import Analysis
-    from .report import Finding
 
 KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
@@ -502,16 +500,3 @@ def _generation_folder_eos(folder: Path) -> set[int]:
                 return {v for v in value if isinstance(v, int)}
             return set()
     return set()
-
-
-# --- running the checks ---------------------------------------------------------------------------
-
-
-def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
-    """Run the SD4xx checks (the registered functions, with the config attached to a copy of the
-    analysis: registered checks see no `serving` attribute in a model-only run and yield nothing)."""
-    from .checks import run_checks
-
-    wrapped = copy.copy(analysis)
-    wrapped.serving = serving  # type: ignore[attr-defined]
-    return run_checks(wrapped, prefix="SD4")

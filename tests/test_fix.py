@@ -14,7 +14,8 @@ import stopdoctor.cli.fix  # noqa: F401  (registers the command until cli/__init
 from stopdoctor.api import inspect_model
 from stopdoctor.cli import app
 from stopdoctor.fix import plan_fixes, set_top_level_ids
-from stopdoctor.serving import load_serving, serving_findings
+from stopdoctor.api import serving_findings
+from stopdoctor.serving import load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "fixtures" / "serving"

@@ -2,7 +2,7 @@
 the model's stops.
 
 These checks read `analysis.serving` (a `ServingConfig`), which only
-`stopdoctor.serving.serving_findings` attaches; on a plain model analysis they yield nothing.
+`stopdoctor.api.serving_findings` attaches; on a plain model analysis they yield nothing.
 Runtime behaviour cited in each doc was read from the runtime's source:
 vLLM `vllm/sampling_params.py`, `vllm/config/model.py`, `vllm/transformers_utils/config.py`;
 llama.cpp `src/llama-chat.cpp`; Ollama `runner/llamarunner/runner.go`, `model/models/*/model.go`.
