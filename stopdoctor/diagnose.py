@@ -169,15 +169,22 @@ def should_have_stopped(steps: Sequence[Step], enders: Mapping[int, TurnEnder],
 
 def should_have_stopped_in_text(text: str, enders: Mapping[int, TurnEnder],
                                 stop_ids: Iterable[int]) -> ShouldHaveStopped | None:
-    """The same for a server's text, where only token texts that survived detokenization show."""
+    """The same for a server's text, where only token texts that survived detokenization show.
+    An ender followed by more text was not stopped on, whatever was asked of the server (it may
+    have refused `stop_token_ids`, or ignore them)."""
     stop_set = set(stop_ids)
     best: ShouldHaveStopped | None = None
     for ender in enders.values():
-        if ender.id in stop_set or not ender.text:
+        if not ender.text:
             continue
         at = text.find(ender.text)
-        if at >= 0 and (best is None or at < (best.offset or 0)):
-            best = ShouldHaveStopped(ender.id, ender.text, None, ender.reasons, offset=at)
+        if at < 0 or (best is not None and at >= (best.offset or 0)):
+            continue
+        went_on = bool(text[at + len(ender.text):].strip())
+        if ender.id in stop_set and not went_on:
+            continue
+        reasons = ender.reasons + (("it was a requested stop id, yet the server went on past it",) if ender.id in stop_set else ())
+        best = ShouldHaveStopped(ender.id, ender.text, None, reasons, offset=at)
     return best
 
 
@@ -191,9 +198,11 @@ def counterfactual(generation: Generation, missed: ShouldHaveStopped | None,
     return Counterfactual(tuple(sorted(set(stop_ids) | {missed.id})), missed.step, produced - missed.step - 1)
 
 
-# Role labels a plain-text transcript uses; matched at the start of a line only.
-_ROLE_LABEL = re.compile(r"(?m)^[ \t]*(?:#{1,4}[ \t]*)?(User|USER|Human|HUMAN|System|SYSTEM|Q)[ \t]*:")
-_LABEL_ROLE = {"user": "user", "human": "user", "q": "user", "system": "system"}
+# Role labels a plain-text transcript uses; matched at the start of a line only. Weak evidence:
+# answers quote transcripts too, so a label only headlines when the template gives no header.
+_ROLE_LABEL = re.compile(r"(?m)^(User|USER|Human|HUMAN)[ \t]*:")
+_LABEL_ROLE = {"user": "user", "human": "user"}
+_CODE_FENCE = re.compile(r"(?ms)^[ \t]*```.*?(?:^[ \t]*```|\Z)")
 
 
 def _stripped_header(header: str, specials: Iterable[str]) -> str:
@@ -210,6 +219,11 @@ def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = 
     (`\\nuser\\n`); a transcript role label at the start of a line (`User:`).
     """
     specials = list(specials)
+    fenced = [(m.start(), m.end()) for m in _CODE_FENCE.finditer(text)]
+
+    def in_code(offset: int) -> bool:
+        return any(start <= offset < end for start, end in fenced)
+
     found: dict[int, HallucinatedTurn] = {}
     for role, header in headers.items():
         for match in re.finditer(re.escape(header), text):
@@ -219,12 +233,14 @@ def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = 
         if bare != header and word and re.fullmatch(r"\w+", word):
             # The bare role word alone on a line: what is left of the header once specials are gone.
             for match in re.finditer(rf"(?m)^[ \t]*{re.escape(word)}[ \t]*$\n?", text):
+                if in_code(match.start()):
+                    continue
                 if not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
                     found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(),
                                                                      "role word on its own line"))
     for match in _ROLE_LABEL.finditer(text):
         role = _LABEL_ROLE.get(match.group(1).lower())
-        if role and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
+        if role and not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
             found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(), "role label"))
     return [found[k] for k in sorted(found)]
 
@@ -257,15 +273,17 @@ def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: 
     return Diagnosis(
         should_have_stopped=missed,
         counterfactual=counterfactual(generation, missed, stop_ids) if generation.finish_reason == FINISH_LENGTH else None,
-        hallucinated_turn=_headline_turn(turns),
+        hallucinated_turn=_headline_turn(turns, weak_allowed=not headers),
         turns=tuple(turns),
     )
 
 
-def _headline_turn(turns: Sequence[HallucinatedTurn]) -> HallucinatedTurn | None:
+def _headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
     """The first user turn: the model speaking for the user is the unmistakable runaway sign
-    (an empty system turn often comes first, as with SmolLM2); else the first turn of any role."""
-    return next((t for t in turns if t.role == "user"), turns[0] if turns else None)
+    (an empty system turn often comes first, as with SmolLM2); else the first turn of any role.
+    Transcript labels ("User:") count only when the template offers no header to look for."""
+    strong = [t for t in turns if weak_allowed or t.source != "role label"]
+    return next((t for t in strong if t.role == "user"), strong[0] if strong else None)
 
 
 def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:

@@ -16,6 +16,7 @@ Imports: model, errors, facts, analysis, runtimes, template, stopmatch, diagnose
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -247,6 +248,9 @@ class LocalEngine:
         verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()  # progress bars and notes would mix with our stderr
         hf_logging.disable_progress_bar()
+        # GGUF dequantisation draws plain tqdm bars that ignore the switch above
+        tqdm_disabled = os.environ.get("TQDM_DISABLE")
+        os.environ["TQDM_DISABLE"] = "1"
         try:
             model = AutoModelForCausalLM.from_pretrained(target, **kwargs)
         except (OSError, ValueError) as error:
@@ -255,6 +259,10 @@ class LocalEngine:
             hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
+            if tqdm_disabled is None:
+                os.environ.pop("TQDM_DISABLE", None)
+            else:
+                os.environ["TQDM_DISABLE"] = tqdm_disabled
         model.to(device)
         model.eval()
         return cls(model, facts, device, _torch=torch)
@@ -333,6 +341,14 @@ class LocalEngine:
 # --------------------------------------------------------------------------------------------
 
 
+def _first_choice(reply: Any) -> dict:
+    """choices[0] of an OpenAI-style reply, or a one-line error naming what is missing."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise InputError("the server's reply has no choices[0] object (not an OpenAI-compatible answer)")
+    return choices[0]
+
+
 @dataclass
 class ServerEngine:
     url: str
@@ -363,6 +379,8 @@ class ServerEngine:
                              hint="check --server (e.g. http://127.0.0.1:8000) and that the server is up") from None
         except json.JSONDecodeError:
             raise InputError(f"{self.url}{path}: the server did not answer with JSON") from None
+        except ValueError as error:  # urllib: a URL it cannot use
+            raise InputError(f"{self.url}: {error}") from None
 
     def pick_model(self, spec: str, root: Path | None) -> str:
         """The model name to send: --server-model, else the served model matching MODEL, else the only one."""
@@ -410,9 +428,14 @@ class ServerEngine:
                 reply = self._request(path, body)
             except ServerRejected as again:
                 raise InputError(f"the server refused the request (HTTP {again.code}): {again.detail}") from None
-        choices = reply.get("choices") or [{}]
-        choice = choices[0] if isinstance(choices[0], dict) else {}
-        text = (choice.get("message") or {}).get("content") if route == "chat" else choice.get("text")
+        choice = _first_choice(reply)
+        if route == "chat":
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+        else:
+            text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"{self.url}{path}: the server's reply has no text in choices[0]")
         text = text or ""
         finish = choice.get("finish_reason")
         stop_reason = choice.get("stop_reason", choice.get("matched_stop"))

@@ -128,3 +128,34 @@ def test_step_at_maps_text_offsets_to_steps():
     assert step_at(steps, 5) == 1  # "."
     assert step_at(steps, 6) == 2  # first char of <|im_end|>
     assert step_at(steps, 10_000) is None
+
+
+def test_quoted_transcripts_and_labels_do_not_make_a_runaway():
+    answers = [
+        "Here is an example:\n```\nUser: hi\nuser\nAssistant: hello\n```\nThat is all.",
+        "FAQ\nQ: What is it?\nA: A tool.",
+        "Specs:\nSystem: Linux x86_64\nRAM: 8 GB",
+    ]
+    for text in answers:
+        generation = Generation("length", StopCause("length"), text)
+        diagnosis = diagnose(generation, ENDERS, [0, 2], HEADERS, SPECIALS)
+        assert diagnosis.hallucinated_turn is None, text
+        assert exit_code(generation, diagnosis) == 0, text
+
+
+def test_a_transcript_label_headlines_only_without_template_headers():
+    text = "Paris.\n\nUser: and Spain?"
+    with_headers = diagnose(Generation("length", StopCause("length"), text), ENDERS, [0], HEADERS, SPECIALS)
+    assert with_headers.hallucinated_turn is None and [t.source for t in with_headers.turns] == ["role label"]
+    without = diagnose(Generation("length", StopCause("length"), text), ENDERS, [0], {}, [])
+    assert without.hallucinated_turn.evidence == "User:"
+
+
+def test_server_that_went_past_a_requested_stop_id_is_named():
+    # the server was asked to stop on 2 but returned text after <|im_end|> (it ignored or refused the ids)
+    text = "Paris.<|im_end|>\n<|im_start|>user\nmore"
+    diagnosis = diagnose(Generation("length", StopCause("length"), text), ENDERS, [0, 2], HEADERS, SPECIALS)
+    missed = diagnosis.should_have_stopped
+    assert missed.id == 2 and "the server went on past it" in missed.reasons[-1]
+    ended_there = diagnose(Generation("stop", StopCause("eos"), "Paris.<|im_end|>"), ENDERS, [0, 2], HEADERS, SPECIALS)
+    assert ended_there.should_have_stopped is None

@@ -99,6 +99,56 @@ def test_bad_input_exits_2(real_models):
     assert _cli(str(real_models.smollm2_hf), "--prompt", "x", "--stops", "runtime:nope").exit_code == 2
 
 
+def test_request_errors_come_before_loading_the_model(synth_root):
+    # a synthetic folder has no weights: each of these must fail on the request, not on the load
+    folder = str(synth_root / "clean-chatml")
+    cases = {
+        ("-m", "user", "hi", "--stops", "junk"): "--stops 'junk'",
+        ("-m", "user", "hi", "--stop-id", "99999"): "--stop-id 99999",
+        ("-m", "user", "hi", "--max-new-tokens", "1000000000000"): "--max-new-tokens must be between",
+        ("-m", "user", "hi", "--temperature", "nan"): "--temperature must be a finite number",
+        ("-m", "user", "hi", "--server", "notaurl"): "not an http(s) URL",
+        ("--fragment-test", "-m", "user", "hi"): "--fragment-test runs its own probes",
+        ("--fragment-test", "--max-new-tokens", "4"): "--fragment-test needs --max-new-tokens",
+    }
+    for args, message in cases.items():
+        result = _cli(folder, *args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert message in result.stderr.splitlines()[0], (args, result.stderr)
+
+
+def test_a_server_reply_that_is_not_openai_shaped_is_one_line(synth_root):
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"[]"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = _cli(str(synth_root / "clean-chatml"), "-m", "user", "hi", "--server", url, "--server-model", "m")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 2, result.stderr
+    assert "no choices[0] object" in result.stderr.splitlines()[0]
+
+
 # --------------------------------------------------------------------------------------------
 # Real generation (one loaded SmolLM2 shared by the tests of this file)
 # --------------------------------------------------------------------------------------------

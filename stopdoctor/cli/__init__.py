@@ -76,8 +76,10 @@ def message_pairs(values: list[str]) -> list[tuple[str, str]]:
 
 
 def say(message: str) -> None:
-    """Talk (progress, hints) goes to stderr; stdout carries data."""
-    print(message, file=sys.stderr)
+    """Talk (progress, hints) goes to stderr; stdout carries data. One write per line, so lines
+    from the progress timer and the command never interleave."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
 
 
 class working:
@@ -108,6 +110,7 @@ class working:
             self._status.stop()
         if self._timer is not None:
             self._timer.cancel()
+            self._timer.join()  # a line being written finishes before an error line follows
 
 
 def handles_errors(command: F) -> F:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import math
+
 import typer
 
 from . import (
@@ -29,6 +31,11 @@ from . import (
     width_for_stdout,
     working,
 )
+
+
+# A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
+MAX_NEW_TOKENS = 8192
+FRAGMENT_MIN_TOKENS = 24
 
 
 @app.command(cls=MessagePairCommand)
@@ -72,10 +79,19 @@ def generate(
         run_generate,
     )
 
-    if max_new_tokens < 1:
-        raise InputError("--max-new-tokens must be at least 1")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise InputError("--temperature must be >= 0 and --top-p in (0, 1]")
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
+                         hint="a diagnosis needs a few dozen tokens; a budget is for one short generation")
+    if not (math.isfinite(temperature) and temperature >= 0) or not 0 < top_p <= 1:
+        raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
+    if server is not None and not server.startswith(("http://", "https://")):
+        raise InputError(f"--server {server!r}: not an http(s) URL", hint="e.g. --server http://127.0.0.1:8000")
+    if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature):
+        raise InputError("--fragment-test runs its own probes, greedy, with the model's stop ids",
+                         hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature, or drop --fragment-test")
+    if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
+        raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
+                         hint="an instruct model needs room to finish its answer before the verdict means anything")
     if route not in (None, "chat", "completions"):
         raise InputError(f"--route {route!r}: use chat or completions")
     given = sum(x is not None and x != [] for x in (message, messages, prompt))
@@ -87,6 +103,11 @@ def generate(
         raise InputError("--raw needs --prompt TEXT")
 
     context = load_context(model, revision)
+    # Everything that can be wrong with the request is checked before the (slow) model load.
+    if not fragment_test:
+        chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
+        built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
+        stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), list(stop or []))
     if server is not None:
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
@@ -103,9 +124,6 @@ def generate(
              render_fragment_human(model, verdict, color_for_stdout(color), width_for_stdout()))
         return 0
 
-    chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
-    built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
-    stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), list(stop or []))
     sampling = Sampling(temperature, top_p, seed)
     with working(f"generating up to {max_new_tokens} tokens…"):
         result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)

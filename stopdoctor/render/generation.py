@@ -115,7 +115,7 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
     ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in result.stops.ids) or "none"
     strings = f"; strings {escape(json.dumps(list(result.stops.strings), ensure_ascii=False))}" if result.stops.strings else ""
-    out.print(f"  stops     {escape(result.stops.source)}: [{escape(ids)}]{strings}  [dim]({escape(result.stops.rule)})[/]")
+    out.print(f"  stops     {escape(result.stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(result.stops.rule)})[/]")
     if trace and g.steps:
         out.print("  trace")
         for s in g.steps:
@@ -142,8 +142,10 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
+        why = ("but the server went on past it" if missed.id in {s.id for s in result.stops.ids}
+               else "but is not a stop id")
         out.print(f"  [bold red]missed[/]    {escape(missed.text or '?')} (id {missed.id}) {where} should have ended the turn "
-                  f"but is not a stop id")
+                  f"{why}")
         for reason in missed.reasons:
             out.print(f"              [dim]- {escape(reason)}[/]")
     if d.counterfactual is not None:
@@ -153,7 +155,9 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     turn = d.hallucinated_turn
     if turn is not None:
         where = f"at step {turn.step}" if turn.step is not None else f"at character {turn.offset}"
-        out.print(f"  [bold red]runaway[/]   the model wrote a {escape(turn.role)} turn itself {where}: "
+        # a red "runaway" only when it really ran on; a stop that cut the turn short is a note
+        label = "[bold red]runaway[/]  " if g.finish_reason == "length" else "[yellow]note[/]     "
+        out.print(f"  {label} the model wrote a {escape(turn.role)} turn itself {where}: "
                   f"{escape(json.dumps(turn.evidence, ensure_ascii=False))} ({escape(turn.source)})")
     elif missed is None and g.finish_reason == "length":
         out.print("  [dim]no turn-ending token and no new turn in the text: the budget may just be too small[/]")
