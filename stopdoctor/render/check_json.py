@@ -10,13 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..config import GateReport, ModelCheck
 from .inspect_json import finding as finding_document
-from .inspect_json import summary
+from .inspect_json import header, summary
 from .sarif import locate, relative_uri
-
-SCHEMA_VERSION = 1
 
 
 def _model(model: ModelCheck, base: Path) -> dict[str, Any]:
@@ -42,8 +39,7 @@ def _model(model: ModelCheck, base: Path) -> dict[str, Any]:
 
 def check_document(report: GateReport, base: Path, exit_zero: bool = False) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "stopdoctor", "version": __version__},
+        **header("stopdoctor.check/1"),
         "config_file": str(report.config_file) if report.config_file else None,
         "fail_on": report.fail_on.label,
         "exit_code": report.exit_code(exit_zero),

@@ -11,21 +11,12 @@ from typing import Any
 
 from rich.markup import escape
 
-from .. import __version__
 from ..diagnose import Generation, StopCause
 from ..generate import FragmentVerdict, GenerateResult, StopSet
-from ..model import Location
 from .console import capture, text_of
-
-SCHEMA_VERSION = 1
-
-
-def _visible(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-
-
-def _location(loc: Location | None) -> dict[str, Any] | None:
-    return None if loc is None else {"file": loc.file, "key": loc.key}
+from .human import visible as _visible
+from .inspect_json import header
+from .inspect_json import location as _location
 
 
 def _cause(cause: StopCause) -> dict[str, Any]:
@@ -57,8 +48,7 @@ def generation_document(result: GenerateResult) -> dict[str, Any]:
     missed = d.should_have_stopped
     turn = d.hallucinated_turn
     doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "stopdoctor", "version": __version__},
+        **header("stopdoctor.generate/1"),
         "model": result.model,
         "engine": result.engine,
         "device": result.device,
@@ -166,8 +156,7 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
 
 def fragment_document(model: str, verdict: FragmentVerdict) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "stopdoctor", "version": __version__},
+        **header("stopdoctor.fragment-test/1"),
         "model": model,
         "verdict": verdict.verdict,
         "reason": verdict.reason,

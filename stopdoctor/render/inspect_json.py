@@ -13,6 +13,11 @@ from ..report import Finding, Severity
 SCHEMA_VERSION = 1
 
 
+def header(schema: str) -> dict[str, Any]:
+    """The fields every JSON document starts with, whatever the command."""
+    return {"schema_version": SCHEMA_VERSION, "schema": schema, "tool": {"name": "stopdoctor", "version": __version__}}
+
+
 def location(loc: Location | None) -> dict[str, Any] | None:
     return None if loc is None else {"file": loc.file, "key": loc.key}
 
@@ -37,8 +42,7 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
     facts, analysis = result.facts, result.analysis
     primary = analysis.runtime(result.primary_runtime)
     return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "stopdoctor", "version": __version__},
+        **header("stopdoctor.inspect/1"),
         "model": {
             "spec": result.source.spec,
             "kind": result.source.kind,

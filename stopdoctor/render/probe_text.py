@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..prompt import ProbeReport, StopReport
 from .console import capture, text_of
+from .inspect_json import header
 from .prompt_text import _quoted
 
 SCHEMA = "stopdoctor.probe-stop/1"
@@ -112,7 +113,7 @@ def _stop_json(stop: StopReport) -> dict:
 
 def render_probe_json(report: ProbeReport) -> str:
     document = {
-        "schema": SCHEMA,
+        **header(SCHEMA),
         "model": report.model,
         "turn_endings": report.turn_endings,
         "user_header": report.user_header,

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ..prompt import PromptComparison, RenderedPrompt, SpecialSpan
 from .console import capture, text_of
+from .inspect_json import header
 
 SCHEMA = "stopdoctor.render/1"
 SPECIAL_STYLE = "bold magenta"
@@ -208,5 +209,5 @@ def render_prompt_json(prompts: Sequence[RenderedPrompt], comparisons: Sequence[
         if comparisons is not None:
             item["compare"] = _comparison_json(comparisons[number])
         items.append(item)
-    document = {"schema": SCHEMA, **items[0]} if len(items) == 1 else {"schema": SCHEMA, "conversations": items}
+    document = {**header(SCHEMA), **items[0]} if len(items) == 1 else {**header(SCHEMA), "conversations": items}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
