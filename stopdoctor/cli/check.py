@@ -91,7 +91,8 @@ def _human(report, color: bool, width: int) -> str:
     parts = []
     for model in report.models:
         if model.result is not None:
-            parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width))
+            parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
+                                              command="check"))
         if model.error is not None:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
             parts.append(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n")

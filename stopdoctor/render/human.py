@@ -18,10 +18,10 @@ def visible(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
 
 
-def render_inspect_human(result: InspectResult, color: bool = False, width: int = 100) -> str:
+def render_inspect_human(result: InspectResult, color: bool = False, width: int = 100, command: str = "inspect") -> str:
     out = capture(color, width)
     facts, analysis = result.facts, result.analysis
-    out.print(f"[bold]stopdoctor inspect[/] {escape(result.source.spec)}  [dim]({result.source.kind})[/]")
+    out.print(f"[bold]stopdoctor {command}[/] {escape(result.source.spec)}  [dim]({result.source.kind})[/]")
     files = ", ".join(sorted(result.source.files))
     out.print(f"  files     {escape(files)}")
     if result.missing_files:
