@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from .facts import ModelFacts
 from .runtimes import RuntimeStops, effective_stops
-from .errors import TemplateError
-from .template import TemplateIgnoresMessages, find_end_of_turn, find_turn_headers, render_chat
+from .template import TemplateIgnoresMessages, find_end_of_turn, find_turn_headers, template_writes_bos
 from .verdict import Verdict, decide
 
 
@@ -68,28 +67,11 @@ def analyze(facts: ModelFacts) -> Analysis:
         if not analysis.ignores_messages:
             analysis.turn_headers = find_turn_headers(template.source, specials)
         bos = specials.get("bos_token")
-        analysis.writes_bos = bool(bos) and _writes_bos(template.source, bos, specials, analysis.turn_headers)
+        analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = effective_stops(facts)
     all_stops = {i for s in analysis.stops for i in s.ids} | {d.id for d in facts.declared_for("eos") if d.id is not None}
     analysis.verdict = decide(facts, analysis.end_of_turn_ids, all_stops)
     return analysis
-
-
-BOS_SENTINEL = "\x00stopdoctor-bos\x00"
-
-
-def _writes_bos(source: str, bos: str, specials: dict[str, str], headers: dict[str, str]) -> bool:
-    """Whether the rendered prompt starts with bos: through the `bos_token` variable (seen by
-    swapping in a sentinel), or written literally, unless the literal is just a turn header that
-    happens to begin with the bos text (SmolLM2's bos is `<|im_start|>`)."""
-    try:
-        prompt = render_chat(source, [{"role": "user", "content": "Hi"}], add_generation_prompt=True,
-                             special_tokens={**specials, "bos_token": BOS_SENTINEL})
-    except TemplateError:
-        return False  # end-of-turn detection already rendered it; a failure here is a role it rejects
-    if prompt.startswith(BOS_SENTINEL):
-        return True
-    return prompt.startswith(bos) and not any(h.startswith(bos) for h in headers.values() if h)
 
 
 def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str) -> EndOfTurn:

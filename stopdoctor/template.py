@@ -992,22 +992,35 @@ def _find_turn_headers(source: str, special_tokens: Mapping[str, str] | None) ->
     return headers
 
 
-def template_writes_bos(source: str, bos_token: str | None, *, limits: RenderLimits = RenderLimits()) -> bool:
-    """True when the rendered prompt starts with the bos text (so a tokenizer that also adds
-    BOS would double it)."""
+_BOS_SENTINEL = "\x00stopdoctor-bos\x00"
+
+
+def template_writes_bos(source: str, bos_token: str | None, special_tokens: Mapping[str, str] | None = None, *,
+                        limits: RenderLimits = RenderLimits()) -> bool:
+    """True when the rendered prompt starts with bos (so a tokenizer that also adds BOS doubles
+    it): through the `bos_token` variable (seen by swapping in a sentinel), or written literally,
+    unless that literal is only a turn header that begins with the bos text (SmolLM2's bos is
+    `<|im_start|>`)."""
     if not bos_token:
         return False
+    specials = {**(special_tokens or {}), "bos_token": bos_token}
     with _sentinel_limits(limits):
-        return _template_writes_bos(source, bos_token)
+        text = _first_render(source, {**specials, "bos_token": _BOS_SENTINEL})
+        if text is None:
+            return False
+        if text.startswith(_BOS_SENTINEL):
+            return True
+        if not text.startswith(bos_token):
+            return False
+        return not any(header.startswith(bos_token) for header in _find_turn_headers(source, specials).values())
 
 
-def _template_writes_bos(source: str, bos_token: str) -> bool:
+def _first_render(source: str, special_tokens: Mapping[str, str]) -> str | None:
+    """The first of a few simple conversations the template accepts, rendered."""
     user = {"role": "user", "content": _U1}
     for messages, prompt in (([user], True), ([user], False),
                              ([user, {"role": "assistant", "content": _A1}], False)):
-        text = _try_render(source, messages, {"bos_token": bos_token}, add_generation_prompt=prompt)
+        text = _try_render(source, messages, special_tokens, add_generation_prompt=prompt)
         if text is not None:
-            return text.startswith(bos_token)
-    render_chat(source, [user], add_generation_prompt=True, special_tokens={"bos_token": bos_token},
-                limits=_SENTINEL_LIMITS.get())
-    return False
+            return text
+    return None

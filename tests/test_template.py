@@ -396,7 +396,13 @@ def test_system_header_left_out_when_template_rejects_system():
 )
 def test_template_writes_bos(family, writes):
     source, special = TEMPLATES[family]
-    assert template_writes_bos(source, special.get("bos_token", "<s>")) is writes
+    assert template_writes_bos(source, special.get("bos_token", "<s>"), special) is writes
+
+
+def test_a_turn_header_that_begins_with_the_bos_text_is_not_a_bos():
+    # SmolLM2 declares bos <|im_start|>: its ChatML prompt starts with it, as a header, not a bos
+    source, special = TEMPLATES["chatml"]
+    assert template_writes_bos(source, "<|im_start|>", special) is False
 
 
 # ---------------------------------------------------------------------------------------------
