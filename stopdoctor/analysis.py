@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from .facts import ModelFacts
 from .runtimes import RuntimeStops, effective_stops
-from .template import TemplateIgnoresMessages, find_end_of_turn, find_turn_headers, template_writes_bos
+from .sandbox import TemplateIgnoresMessages
+from .turns import find_end_of_turn, find_turn_headers, template_writes_bos
 from .verdict import Verdict, decide
 
 

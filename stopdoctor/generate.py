@@ -42,7 +42,7 @@ from .model import Location, ModelSource
 from .runtimes import RUNTIMES, StopId, dedupe, primary_runtime
 from .source import resolve
 from .stopmatch import IncrementalDetokenizer, StopStringMatcher
-from .template import render_chat
+from .sandbox import render_chat
 
 INSTALL_HINT = "pip install 'stopdoctor[runtime]'  (torch and accelerate)"
 USER_STOP = Location("--stop-id")

@@ -206,7 +206,7 @@ def _with_template_line(error: TemplateError, template: ChatTemplate) -> Templat
 
 def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
                  add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
-    from .template import render_chat
+    from .sandbox import render_chat
 
     try:
         return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
@@ -346,7 +346,7 @@ def visible_lines(text: str) -> list[str]:
 
 
 def end_of_turn_texts(facts: ModelFacts, template: ChatTemplate) -> list[str]:
-    from .template import find_end_of_turn
+    from .turns import find_end_of_turn
 
     try:
         markers = find_end_of_turn(template.source, special_token_map(facts), list(facts.vocab.special_tokens))

@@ -55,7 +55,7 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
     serving file's own Jinja template when it has one, else the model's."""
     facts = analysis.facts
     if serving.template is not None and serving.kind in ("vllm", "llamacpp"):
-        from ..template import find_end_of_turn
+        from ..turns import find_end_of_turn
 
         try:
             markers = find_end_of_turn(serving.template.value, facts.special_token_texts(), list(facts.vocab.special_tokens))

@@ -7,7 +7,7 @@ import re
 from ..analysis import Analysis
 from ..model import Location
 from ..report import Severity
-from ..template import render_chat
+from ..sandbox import render_chat
 from . import Check, check
 
 # Marker-shaped text in a rendered prompt: <|...|>, <...>, [INST]-style. Used only to list
