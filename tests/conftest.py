@@ -25,7 +25,23 @@ os.environ["STOPDOCTOR_CACHE"] = tempfile.mkdtemp(prefix="stopdoctor-cache-")
 
 pytest_plugins = ["tests.realmodels_fixture"]
 
-REALWORLD = ROOT.parent / "shared" / "realworld"
+
+
+def _find_realworld() -> Path:
+    """../shared/realworld of the development setup. CI runs in a fresh clone in another folder
+    with shared/ laid beside it, so look beside every ancestor, not only the parent;
+    STOPDOCTOR_REALWORLD names it explicitly."""
+    explicit = os.environ.get("STOPDOCTOR_REALWORLD")
+    if explicit:
+        return Path(explicit)
+    for parent in ROOT.parents:
+        candidate = parent / "shared" / "realworld"
+        if candidate.is_dir():
+            return candidate
+    return ROOT.parent / "shared" / "realworld"
+
+
+REALWORLD = _find_realworld()
 
 
 @pytest.fixture(scope="session")
