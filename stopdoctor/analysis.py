@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .facts import ModelFacts
 from .runtimes import RuntimeStops, effective_stops
 from .sandbox import TemplateIgnoresMessages
-from .turns import find_end_of_turn, find_turn_headers, template_writes_bos
+from .turns import TurnStructure, analyze_turns, template_writes_bos
 from .verdict import Verdict, decide
 
 
@@ -27,12 +27,19 @@ class EndOfTurn:
     known: bool  # False when the vocabulary is too incomplete to tell
     evidence: str
     template: str  # the template's name
+    kind: str = "token"  # "token" | "header" (next turn's header ends it) | "text" (plain-text header)
+
+    @property
+    def stop_id(self) -> int | None:
+        """The id a runtime can stop on: the marker is always one token."""
+        return self.ids[0] if self.single_special else None
 
 
 @dataclass
 class Analysis:
     facts: ModelFacts
     end_of_turn: list[EndOfTurn] = field(default_factory=list)
+    turns: TurnStructure | None = None
     turn_headers: dict[str, str] = field(default_factory=dict)
     writes_bos: bool = False
     stops: list[RuntimeStops] = field(default_factory=list)
@@ -60,13 +67,13 @@ def analyze(facts: ModelFacts) -> Analysis:
     if template is not None:
         known_special = list(facts.vocab.special_tokens)
         try:
-            markers = find_end_of_turn(template.source, specials, known_special)
+            analysis.turns = analyze_turns(template.source, specials, known_special)
         except TemplateIgnoresMessages:
-            markers, analysis.ignores_messages = [], True  # a defect to report, not a failure to run
-        for marker in markers:
-            analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name))
-        if not analysis.ignores_messages:
-            analysis.turn_headers = find_turn_headers(template.source, specials)
+            analysis.ignores_messages = True  # a defect to report, not a failure to run
+        if analysis.turns is not None:
+            for marker in analysis.turns.end_of_turn:
+                analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name, marker.kind))
+            analysis.turn_headers = dict(analysis.turns.headers)
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = effective_stops(facts)
@@ -75,15 +82,15 @@ def analyze(facts: ModelFacts) -> Analysis:
     return analysis
 
 
-def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str) -> EndOfTurn:
+def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str, kind: str) -> EndOfTurn:
     vocab = facts.vocab
     single = vocab.is_single_token(text)
-    if single is not None:
-        return EndOfTurn(text, (single,), True, True, evidence, template)
+    if single is not None and kind != "text":
+        return EndOfTurn(text, (single,), True, True, evidence, template, kind)
     token_id = vocab.id_of(text)
     if vocab.tokenizer_file is not None or vocab.gguf_header is not None:
         ids = tuple(vocab.tokenizer().encode(text, add_special_tokens=False).ids)
-        return EndOfTurn(text, ids, False, True, evidence, template)
+        return EndOfTurn(text, ids, False, True, evidence, template, kind)
     # Only added tokens are known: a marker missing from them may still be special in the
     # absent tokenizer.json, so say "unknown" rather than "not special".
-    return EndOfTurn(text, (token_id,) if token_id is not None else (), False, token_id is not None, evidence, template)
+    return EndOfTurn(text, (token_id,) if token_id is not None else (), False, token_id is not None, evidence, template, kind)

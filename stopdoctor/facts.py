@@ -368,6 +368,8 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
            "eot": header.eot_id, "eom": header.eom_id}
     keys = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id",
             "eot": "eot_token_id", "eom": "eom_token_id"}
+    for role in ("fim_pad", "fim_rep", "fim_sep"):  # llama.cpp ends generation on these too
+        ids[role], keys[role] = header._id(f"tokenizer.ggml.{role}_token_id"), f"{role}_token_id"
     for role, value in ids.items():
         if value is not None:
             facts.declared.append(DeclaredId(role, value, facts.vocab.text_of(value), Location(file, f"tokenizer.ggml.{keys[role]}")))

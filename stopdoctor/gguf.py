@@ -152,6 +152,25 @@ class LazyStrings(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.to_list())
 
+    def last_index_of(self, text: str) -> int | None:
+        """The last index whose string is exactly `text` (llama.cpp's token_to_id keeps the last),
+        found by searching the raw bytes: no need to decode a 262k vocabulary for a few lookups."""
+        if self._items is not None:
+            found = [i for i, item in enumerate(self._items) if item == text]
+            return found[-1] if found else None
+        if not len(self._starts):
+            return None
+        raw = text.encode("utf-8", "surrogatepass")
+        needle = _U64.pack(len(raw)) + raw
+        found_at = None
+        position = self._buffer.find(needle, int(self._starts[0]), self._end)
+        while position >= 0:
+            index = int(np.searchsorted(self._starts, position))
+            if index < len(self._starts) and int(self._starts[index]) == position:
+                found_at = index
+            position = self._buffer.find(needle, position + 1, self._end)
+        return found_at
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LazyStrings):
             other = other.to_list()

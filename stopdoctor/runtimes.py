@@ -14,10 +14,10 @@ The rules, as read from each runtime's source:
   sampling defaults from being applied (`ModelConfig.get_diff_sampling_param`).
 - TGI: the generation config's `eos_token_id` when it is a list, else the tokenizer's eos
   (router `HubTokenizerConfig`/`GenerationConfig` handling in launcher/router).
-- llama.cpp (and Ollama, which runs it): every end-of-generation (EOG) id: the GGUF eos, eot and
-  eom ids plus every vocabulary token whose text is on llama.cpp's EOG list (llama-vocab.cpp,
-  `special_eog_ids`). For an HF folder this is what `convert_hf_to_gguf.py` would produce: eos
-  from the tokenizer config (config.json as fallback) plus the EOG texts found in the vocabulary.
+- llama.cpp (and Ollama, which runs it): every end-of-generation (EOG) id, computed as
+  llama-vocab.cpp does (see `LLAMA_CPP_EOG_TEXTS`). For an HF folder this is what
+  `convert_hf_to_gguf.py` would produce: eos from the tokenizer config (config.json as fallback),
+  then the same rule over the vocabulary.
 
 Imports: model, facts.
 """
@@ -31,23 +31,34 @@ from .model import Location
 
 RUNTIMES = ("transformers", "vllm", "tgi", "llama.cpp")
 
-# llama.cpp's end-of-turn texts (llama-vocab.cpp, EOT/EOG detection); a token with one of these
-# texts ends generation there even when no id declares it.
+# llama.cpp's end-of-generation (EOG) rule, from src/llama-vocab.cpp (`llama_vocab::impl::load`,
+# the llama.cpp vendored by llama-cpp-python 0.3.36). Tokens are looked up by exact text among ALL
+# tokens (`token_to_id`), whatever their type:
+# 1. eot/eom/fim ids come from the GGUF keys (tokenizer.ggml.eot_token_id, ...eom_token_id,
+#    ...fim_pad/rep/sep_token_id); a missing one is auto-detected by text (the *_TEXTS below).
+# 2. EOG = {fim_pad, fim_rep, fim_sep} ∪ {every token whose text is on LLAMA_CPP_EOG_TEXTS}
+#    ∪ {eos, eot, eom} (the "sanity checks" add them when missing).
+# 3. When EOG holds <|return|> and <|call|> (gpt-oss), or <|calls|> and <|flush|> (solar-open),
+#    <|end|> is removed: it ends a message inside a turn there.
+# 4. When EOG holds <|tool_response> or <|plamo:eos|>, </s> is removed (a normal token there).
 LLAMA_CPP_EOG_TEXTS = (
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<EOT>",
-    "_<EOT>",
-    "<｜end▁of▁sentence｜>",
-    "<|end_of_text|>",
-    "<|eom_id|>",
-    "<|return|>",
-    "<|call|>",
-    "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
 )
+LLAMA_CPP_EOT_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+)
+LLAMA_CPP_EOM_TEXTS = ("<|eom_id|>",)
+LLAMA_CPP_FIM_EOG_TEXTS = {  # fim ids that are also EOG, and the texts that auto-detect them
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+# llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
+LLAMA_CPP_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
 
 
 @dataclass(frozen=True)
@@ -112,33 +123,66 @@ def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
         ),
     ]
     converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
-    out.append(RuntimeStops("llama.cpp", tuple(dedupe(_stop_ids(converted) + _eog_by_text(facts))),
-                            "after convert_hf_to_gguf: tokenizer eos plus tokens on llama.cpp's end-of-generation list",
+    out.append(RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, _stop_ids(converted))),
+                            "after convert_hf_to_gguf: tokenizer eos plus llama.cpp's end-of-generation rule",
                             tokenizer_known or bool(converted)))
     return out
 
 
 def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
     eos = _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
-    eog = dedupe(eos + _stop_ids(facts.declared_for("eot")) + _stop_ids(facts.declared_for("eom")) + _eog_by_text(facts))
     rule = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
     return [
         RuntimeStops("transformers", tuple(eos), rule),
         RuntimeStops("vllm", tuple(eos), rule),
         RuntimeStops("tgi", tuple(eos), rule),
-        RuntimeStops("llama.cpp", tuple(eog), "GGUF eos/eot/eom ids plus tokens on llama.cpp's end-of-generation list"),
+        RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, eos)),
+                     "llama.cpp end-of-generation set: GGUF eos/eot/eom ids, fim pad/repo/sep ids, tokens on its EOG text list"),
     ]
 
 
-def _eog_by_text(facts: ModelFacts) -> list[StopId]:
-    out = []
-    for text in LLAMA_CPP_EOG_TEXTS:
-        # these texts only ever exist as added/control tokens; looking only there spares building
-        # a text index of a 262k GGUF vocabulary
-        token_id = facts.vocab.is_single_token(text)
-        if token_id is not None:
-            out.append(StopId(token_id, text, Location("llama.cpp end-of-generation list")))
-    return out
+def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
+    """The end-of-generation ids llama.cpp computes (see the rule above LLAMA_CPP_EOG_TEXTS)."""
+    vocab = facts.vocab
+    size = vocab.size
+
+    def in_vocab(stops: list[StopId]) -> list[StopId]:  # llama.cpp ignores a key out of the vocabulary
+        return [s for s in stops if size is None or 0 <= s.id < size]
+
+    def by_text(texts: tuple[str, ...], why: str, first_only: bool) -> list[StopId]:
+        found = []
+        for text in texts:
+            token_id = vocab.exact_id(text)
+            if token_id is not None:
+                found.append(StopId(token_id, text, Location(why)))
+                if first_only:
+                    break
+        return found
+
+    eos = in_vocab(eos)
+    header = vocab.gguf_header
+    if not eos and facts.is_gguf and header is not None:
+        default = LLAMA_CPP_DEFAULT_EOS.get(header.tokenizer_model or "")
+        if default is not None and (size is None or default < size):
+            eos = [StopId(default, vocab.text_of(default), Location("llama.cpp default eos of this tokenizer model"))]
+    eot = in_vocab(_stop_ids(facts.declared_for("eot"))) or by_text(LLAMA_CPP_EOT_TEXTS, "llama.cpp end-of-turn auto-detection", True)
+    eom = in_vocab(_stop_ids(facts.declared_for("eom"))) or by_text(LLAMA_CPP_EOM_TEXTS, "llama.cpp end-of-message auto-detection", True)
+    fim: list[StopId] = []
+    for role, texts in LLAMA_CPP_FIM_EOG_TEXTS.items():
+        fim += (in_vocab(_stop_ids(facts.declared_for(role)))
+                or by_text(texts, f"llama.cpp {role.replace('_', ' ')} auto-detection (end-of-generation)", True))
+    listed = by_text(LLAMA_CPP_EOG_TEXTS, "llama.cpp end-of-generation list", False)
+    eog = dedupe(eos + eot + eom + fim + listed)
+
+    def text(stop: StopId) -> str | None:
+        return stop.text or vocab.text_of(stop.id)
+
+    texts = {text(s) for s in eog}
+    if {"<|return|>", "<|call|>"} <= texts or {"<|calls|>", "<|flush|>"} <= texts:
+        eog = [s for s in eog if text(s) != "<|end|>"]
+    if texts & {"<|tool_response>", "<|plamo:eos|>"}:
+        eog = [s for s in eog if text(s) != "</s>"]
+    return eog
 
 
 def primary_runtime(facts: ModelFacts) -> str:

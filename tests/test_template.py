@@ -16,7 +16,7 @@ import pytest
 
 from stopdoctor.errors import StopdoctorError, TemplateError
 from stopdoctor.sandbox import RenderLimits, compile_template, render_chat
-from stopdoctor.turns import EndOfTurnMarker, find_end_of_turn, find_turn_headers, template_writes_bos
+from stopdoctor.turns import EndOfTurnMarker, analyze_turns, find_end_of_turn, find_turn_headers, template_writes_bos
 
 # ---------------------------------------------------------------------------------------------
 # Templates, written after the published ones of each family
@@ -162,7 +162,8 @@ NAMESPACE = """{%- set ns = namespace(last_user=-1, sys='') -%}
 {% endfor -%}
 {%- if add_generation_prompt %}<assistant>{% endif %}{{ meta.n }}"""
 
-NEVER_CLOSES = "{% for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}\n\n{% endfor %}"
+WHITESPACE_CLOSES = "{% for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}\n\n{% endfor %}"
+NEVER_CLOSES = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 TEMPLATES = {
     "chatml": (CHATML, {"eos_token": "<|im_end|>"}),
@@ -331,6 +332,15 @@ def test_end_of_turn_is_read_from_the_template(family, marker, trailing):
 
 def test_template_that_never_closes_the_assistant_turn_has_no_marker():
     assert find_end_of_turn(NEVER_CLOSES, {"eos_token": "</s>"}) == []
+    assert analyze_turns(NEVER_CLOSES, {"eos_token": "</s>"}).style == "none"
+
+
+def test_whitespace_close_ends_at_the_next_plain_text_header():
+    # "USER: ...\n\nASSISTANT: ...\n\n": the turn is closed by whitespace and ends where the next
+    # header begins; the stop is that header's text, never a whitespace token.
+    turns = analyze_turns(WHITESPACE_CLOSES, {"eos_token": "</s>"})
+    assert turns.style == "whitespace"
+    assert [(m.text, m.kind) for m in turns.end_of_turn] == [("USER:", "text")]
 
 
 def test_known_special_tokens_split_the_end_of_turn_text():
