@@ -8,6 +8,7 @@ Imports: model, facts, template, runtimes, verdict.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .facts import ModelFacts
@@ -40,6 +41,7 @@ class Analysis:
     facts: ModelFacts
     end_of_turn: list[EndOfTurn] = field(default_factory=list)
     turns: TurnStructure | None = None
+    rejected_end_of_turn: list[tuple[EndOfTurn, str]] = field(default_factory=list)  # marker, why unsafe
     turn_headers: dict[str, str] = field(default_factory=dict)
     writes_bos: bool = False
     stops: list[RuntimeStops] = field(default_factory=list)
@@ -49,6 +51,54 @@ class Analysis:
     @property
     def end_of_turn_ids(self) -> set[int]:
         return {e.ids[0] for e in self.end_of_turn if e.single_special}
+
+    # ---- the safe-stop rule: every stop id stopdoctor suggests goes through here ----------------
+
+    def stop_hazard(self, token_id: int) -> str | None:
+        """Why stopping on this id would cut an answer short or break a turn, or None when it is
+        safe: never a whitespace-only token, never a token the template writes inside an
+        assistant turn, never a token of a turn header (except the role header that ends a turn
+        in a next-header template such as GLM-4's `<|user|>`)."""
+        text = self.facts.vocab.text_of(token_id)
+        if text is None:
+            return None  # an id the vocabulary cannot name is judged by SD103, not here
+        if not text.strip():
+            return f"{text!r} is a whitespace-only token"
+        turns = self.turns
+        if turns is None:
+            return None
+        if text in turns.inner:
+            return f"the template writes {text} inside an assistant turn"
+        header_ends = {m.text for m in self.end_of_turn if m.kind == "header"}
+        if text not in header_ends and text in turns.header_tokens(self.facts.vocab.special_tokens):
+            return f"{text} is part of a turn header"
+        return None
+
+    def required_stop_ids(self) -> list[int]:
+        """The ids a runtime must stop on for assistant turns to end (any one of them suffices):
+        the turn's closing tokens, or every role header that can follow. Safe by construction."""
+        return [m.stop_id for m in self.end_of_turn if m.stop_id is not None]
+
+    def primary_stop_ids(self) -> list[int]:
+        """What a fix adds when a runtime stops on none of `required_stop_ids`: the last closing
+        token of the turn ('<|END_RESPONSE|><|END_OF_TURN_TOKEN|>' → the latter), or every role
+        header that can follow (GLM-4: `<|user|>` and `<|observation|>`)."""
+        ids = self.required_stop_ids()
+        if self.turns is not None and self.turns.style == "next-header":
+            return ids
+        return ids[-1:]
+
+    def misses_end_of_turn(self, stop_ids: Iterable[int]) -> bool:
+        """True when a stop set contains none of the ids that end an assistant turn."""
+        required = self.required_stop_ids()
+        return bool(required) and not set(required) & set(stop_ids)
+
+    def suggested_stop_ids(self, current: Iterable[int]) -> list[int]:
+        """`current` (kept, in order) plus what is needed to end turns; every added id is safe."""
+        current = list(dict.fromkeys(current))
+        if not self.misses_end_of_turn(current):
+            return current
+        return current + [i for i in self.primary_stop_ids() if i not in current and self.stop_hazard(i) is None]
 
     def runtime(self, name: str) -> RuntimeStops:
         return next(s for s in self.stops if s.runtime == name)
@@ -71,9 +121,14 @@ def analyze(facts: ModelFacts) -> Analysis:
         except TemplateIgnoresMessages:
             analysis.ignores_messages = True  # a defect to report, not a failure to run
         if analysis.turns is not None:
-            for marker in analysis.turns.end_of_turn:
-                analysis.end_of_turn.append(_map_marker(facts, marker.text, marker.evidence, template.name, marker.kind))
             analysis.turn_headers = dict(analysis.turns.headers)
+            for marker in analysis.turns.end_of_turn:
+                mapped = _map_marker(facts, marker.text, marker.evidence, template.name, marker.kind)
+                hazard = analysis.stop_hazard(mapped.stop_id) if mapped.stop_id is not None else None
+                if hazard is None:
+                    analysis.end_of_turn.append(mapped)
+                else:  # never reported as an end-of-turn, so never suggested as a stop
+                    analysis.rejected_end_of_turn.append((mapped, hazard))
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = effective_stops(facts)

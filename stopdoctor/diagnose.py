@@ -124,7 +124,7 @@ class Diagnosis:
 def turn_enders(analysis: Analysis) -> dict[int, TurnEnder]:
     """Every id that should end an assistant turn: the template's single-special end-of-turn
     markers, the tokenizer's eos, and any runtime's stop ids (if one runtime stops there, the
-    model was meant to stop there)."""
+    model was meant to stop there), less those the safe-stop rule refuses."""
     found: dict[int, tuple[str | None, list[str]]] = {}
 
     def add(token_id: int, text: str | None, reason: str) -> None:
@@ -142,7 +142,10 @@ def turn_enders(analysis: Analysis) -> dict[int, TurnEnder]:
     for stops in analysis.stops:
         for stop in stops.stops:
             add(stop.id, stop.text or analysis.facts.vocab.text_of(stop.id), f"{stops.runtime} stops on it ({stop.location})")
-    return {i: TurnEnder(i, text, tuple(reasons)) for i, (text, reasons) in found.items()}
+    # the safe-stop rule: a whitespace token, a turn header or a token written inside a turn never
+    # "should have stopped" generation, whichever runtime lists it
+    return {i: TurnEnder(i, text, tuple(reasons)) for i, (text, reasons) in found.items()
+            if analysis.stop_hazard(i) is None}
 
 
 def turn_headers(analysis: Analysis) -> dict[str, str]:

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import InputError
+from .runtimes import tokenizer_eos
 
 if TYPE_CHECKING:
     from .analysis import Analysis
@@ -64,9 +68,48 @@ class FixPlan:
 
     def write(self) -> None:
         for edit in self.edits:
+            _refuse_linked(edit.path)
+        for edit in self.edits:
+            _write_atomically(edit.path, edit.after)
+
+
+def _refuse_linked(path: Path) -> None:
+    """Never write through a symlink or a hard link: the bytes would land outside the model folder
+    (a hub cache snapshot links every file to a shared blob)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise InputError(f"{path} is a symbolic link; stopdoctor does not write through links",
+                         "copy the model folder (cp -rL) and fix the copy")
+    if info is not None and info.st_nlink > 1:
+        raise InputError(f"{path} has {info.st_nlink} hard links; writing it would change the other copies too",
+                         "copy the file (cp --remove-destination) and run fix again")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same folder, flushed, then renamed over the target: a failure leaves the
+    old file whole. Keeps the file's permissions."""
+    mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else 0o644
+    try:
+        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
+                                             prefix=f".{path.name}.", suffix=".tmp", delete=False)
+    except OSError as exc:
+        raise InputError(f"cannot write in {path.parent}: {exc.strerror or exc}; nothing was changed") from exc
+    try:
+        with handle:
             # newline="" keeps the file's own line endings: the edit text already carries them.
-            with open(edit.path, "w", encoding="utf-8", newline="") as handle:
-                handle.write(edit.after)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(handle.name, mode)
+        os.replace(handle.name, path)
+    except BaseException as exc:
+        Path(handle.name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
+        raise
 
 
 # --- JSON text surgery ------------------------------------------------------------------------------
@@ -159,14 +202,10 @@ def plan_fixes(analysis: Analysis, serving: ServingConfig | None = None) -> FixP
 
 
 def _missing_end_ids(analysis: Analysis) -> list[int]:
-    missing = []
-    for marker in analysis.end_of_turn:
-        if not marker.single_special:
-            continue
-        token_id = marker.ids[0]
-        if any(token_id not in s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES) and token_id not in missing:
-            missing.append(token_id)
-    return missing
+    """The safe end-of-turn ids to add when an HF runtime stops on none of them."""
+    if not any(analysis.misses_end_of_turn(s.ids) for s in analysis.stops if s.runtime in HF_RUNTIMES):
+        return []
+    return [i for i in analysis.primary_stop_ids() if analysis.stop_hazard(i) is None]
 
 
 def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
@@ -188,14 +227,17 @@ def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
         text = generation.read_bytes().decode("utf-8")
         document = facts.documents.get("generation_config.json", {})
         current = _ids(document.get("eos_token_id"))
-        wanted = current + [i for i in missing if i not in current]
+        # no eos_token_id yet: keep the eos the tokenizer (else config.json) declares beside the new ids
+        base = current or _ids(facts.documents.get("config.json", {}).get("eos_token_id")) or [
+            d.id for d in tokenizer_eos(facts) if d.id is not None]
+        wanted = analysis.suggested_stop_ids(base)
         after = set_top_level_ids(text, "eos_token_id", wanted)
         return FileEdit(generation, "generation_config.json", text, after,
                         f"eos_token_id {current} → {wanted}: add the end-of-turn id(s) {missing}")
     if "config.json" in source.files:
         config = facts.documents.get("config.json", {})
         current = _ids(config.get("eos_token_id"))
-        wanted = current + [i for i in missing if i not in current]
+        wanted = analysis.suggested_stop_ids(current or [d.id for d in tokenizer_eos(facts) if d.id is not None])
         created: dict = {}
         if isinstance(config.get("bos_token_id"), int):
             created["bos_token_id"] = config["bos_token_id"]

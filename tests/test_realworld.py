@@ -24,9 +24,9 @@ EXPECTED = {
     "Decentralised-AI__falcon-40b": ("base", None, {"eos-id-invalid"}, set()),
     "HakunaMatata888__gemma2-poem": ("instruct", ("<end_of_turn>", 107), {"double-bos"}, {"end-of-turn-not-a-stop-id", "pad-is-eos"}),
     "HuengchI__Atom-7B": ("base", None, {"pad-is-eos"}, set()),
-    # transformers: generation_config.json exists without eos_token_id, so it stops on nothing;
-    # vLLM/TGI stop on the tokenizer eos </s>. The README calls this "unknown at top level".
-    "InfiMM__infimm-zephyr": ("instruct", ("</s>", 2), {"pad-is-eos", "end-of-turn-not-a-stop-id"}, set()),
+    # transformers: generation_config.json exists without eos_token_id, so it stops on nothing
+    # (no-stop-id); vLLM/TGI stop on the tokenizer eos </s>. The README calls this "unknown at top level".
+    "InfiMM__infimm-zephyr": ("instruct", ("</s>", 2), {"pad-is-eos", "no-stop-id"}, {"end-of-turn-not-a-stop-id"}),
     "IrfanUruchi__Llama-2-13B-Computer-Engineering-": ("base", None, {"pad-is-eos"}, set()),
     "JakobJohannesson__mixtral_dolphin_v2.5": ("instruct", ("<|im_end|>", 32000), {"double-bos"}, {"end-of-turn-not-a-stop-id", "pad-is-eos"}),
     "ManiPolipogu15__Code_Llama2_Finetune": ("base", None, set(), {"pad-is-eos", "eos-id-invalid"}),

@@ -120,11 +120,18 @@ def serving_drops_end_of_turn(analysis: Analysis, self: Check):
     if not stops.known:
         return
     llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
-    for text, token_id, origin in _end_markers(analysis, serving):
-        if token_id is not None and token_id in stops.ids:
-            continue
-        if any(stop and stop in text for stop in stops.texts) or (text.strip() and text.strip() in stops.texts):
-            continue
+    markers = [(text, token_id, origin) for text, token_id, origin in _end_markers(analysis, serving)
+               if text.strip() and (token_id is None or analysis.stop_hazard(token_id) is None)]
+
+    def stops_on(text: str, token_id: int | None) -> bool:
+        return ((token_id is not None and token_id in stops.ids)
+                or any(stop and stop in text for stop in stops.texts) or text.strip() in stops.texts)
+
+    if any(stops_on(text, token_id) for text, token_id, _ in markers):
+        return  # the turn ends at the first marker the server stops on
+    if analysis.turns is None or analysis.turns.style != "next-header":
+        markers = markers[-1:]  # the turn's last closing token is the one to add
+    for text, token_id, origin in markers:
         if serving.kind == "ollama" and token_id is not None and token_id in llama_eog:
             yield self.finding(
                 f"{text} (id {token_id}) is no PARAMETER stop and not the GGUF eos: Ollama's llama.cpp runner stops "

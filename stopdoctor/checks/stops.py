@@ -46,28 +46,69 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
     `tokenizer.ggml.eot_token_id` (llama.cpp `--override-kv`).
     """
     location = _fix_location(analysis)
-    for marker in analysis.end_of_turn:
-        if not marker.single_special:
-            continue
-        token_id = marker.ids[0]
-        missing = [s.runtime for s in analysis.stops if s.complete and token_id not in s.ids]
-        if not missing:
-            continue
-        stopping = [s.runtime for s in analysis.stops if token_id in s.ids]
-        current = sorted({i for d in generation_eos(analysis.facts) for i in ([d.id] if d.id is not None else [])})
-        wanted = sorted(set(current) | {token_id})
-        runtimes = ", ".join(missing)
-        message = (f"the template ends assistant turns with {marker.text} (id {token_id}), but {runtimes} "
-                   f"will not stop on it")
-        if stopping:
-            message += f" ({', '.join(stopping)} will)"
-        if analysis.facts.is_gguf:
-            fix = (f"set the GGUF eos/eot id to {token_id}, e.g. llama.cpp "
-                   f"`--override-kv tokenizer.ggml.eos_token_id=int:{token_id}`")
-        else:
-            fix = f"set {location.file} \"eos_token_id\": {wanted}"
-        yield self.finding(message, fix, location, end_of_turn=marker.text, id=token_id,
-                           runtimes_missing=missing, runtimes_stopping=stopping, current=current)
+    required = analysis.required_stop_ids()
+    # transformers with no stop id at all is SD106's finding (it names the cause precisely)
+    missing = [s.runtime for s in analysis.stops if s.complete and analysis.misses_end_of_turn(s.ids)
+               and not (s.runtime == "transformers" and not s.ids and not analysis.facts.is_gguf)]
+    if not missing:
+        return
+    stopping = [s.runtime for s in analysis.stops if set(required) & set(s.ids)]
+    primary = analysis.primary_stop_ids()
+    markers = [m for m in analysis.end_of_turn if m.stop_id in primary]
+    named = " / ".join(f"{m.text} (id {m.stop_id})" for m in markers)
+    current = sorted({d.id for d in generation_eos(analysis.facts) if d.id is not None})
+    wanted = analysis.suggested_stop_ids(current)
+    verb = "ends assistant turns with" if analysis.turns.style != "next-header" else "ends assistant turns where the next turn opens with"
+    message = f"the template {verb} {named}, but {', '.join(missing)} will not stop on it"
+    if stopping:
+        message += f" ({', '.join(stopping)} will)"
+    if analysis.facts.is_gguf:
+        fix = (f"set the GGUF eos/eot id to {primary[0]}, e.g. llama.cpp "
+               f"`--override-kv tokenizer.ggml.eos_token_id=int:{primary[0]}`")
+    else:
+        fix = f"set {location.file} \"eos_token_id\": {wanted}"
+    for marker in markers:
+        yield self.finding(message, fix, location, end_of_turn=marker.text, id=marker.stop_id,
+                           runtimes_missing=missing, runtimes_stopping=stopping, current=current, suggested=wanted)
+        break  # one finding per model: the fix adds every primary id at once
+
+
+@check("SD106", "no-stop-id", Severity.ERROR)
+def no_stop_id(analysis: Analysis, self: Check):
+    """transformers has no stop id at all: generation only ends at the token budget.
+
+    What it checks:
+    generation_config.json exists without `eos_token_id` (or is absent and config.json declares
+    none), so `model.generate` has nothing to stop on, whatever the template or tokenizer says.
+
+    Why it matters:
+    Every answer runs to max_new_tokens: after its end-of-turn the model writes fake turns, and a
+    stop id declared only in the tokenizer is never consulted by transformers.
+
+    Example:
+    A multimodal repo whose generation_config.json has no `eos_token_id` while the language
+    model's nested config declares 2.
+
+    Fix:
+    Set generation_config.json `"eos_token_id"` to the tokenizer's eos and the template's
+    end-of-turn id.
+    """
+    facts = analysis.facts
+    if facts.is_gguf or not ({"generation_config.json", "config.json"} & set(facts.documents)):
+        return
+    if analysis.runtime("transformers").ids:
+        return
+    location = _fix_location(analysis)
+    tokenizer = [d.id for d in tokenizer_eos(facts) if d.id is not None]
+    wanted = analysis.suggested_stop_ids(tokenizer)
+    markers = ", ".join(m.text for m in analysis.end_of_turn) or None
+    if wanted:
+        fix = f"set {location.file} \"eos_token_id\": {wanted}"
+    else:
+        fix = (f"set {location.file} \"eos_token_id\" to the id of "
+               + (markers if markers else "the tokenizer's eos token") + " (add tokenizer.json to let stopdoctor name it)")
+    yield self.finding(f"{location.file} declares no eos_token_id, so transformers never stops before the token budget",
+                       fix, location, suggested=wanted, end_of_turn=markers)
 
 
 @check("SD102", "stop-ids-disagree", Severity.WARNING)
@@ -90,7 +131,9 @@ def stop_ids_disagree(analysis: Analysis, self: Check):
     Declare the same set everywhere; generation_config.json `eos_token_id` as a list that contains
     the tokenizer's eos and the end-of-turn token.
     """
-    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES and s.complete}
+    # transformers with no stop id at all is no-stop-id's finding
+    sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES and s.complete
+            and (s.ids or s.runtime != "transformers")}
     if len({tuple(v) for v in sets.values()}) <= 1 or analysis.facts.is_gguf:
         return
     union = sorted({i for ids in sets.values() for i in ids})
