@@ -2,7 +2,7 @@
 stay in step: every entry has a label and every label an entry, source by source.
 
 Only bookkeeping: whether stopdoctor infers the labelled end of turn is measured elsewhere.
-A source that is absent here (llama.cpp cache not fetched, no shared/realworld, no test GGUFs)
+A source that is absent here (llama.cpp/xinference cache not fetched, no shared/realworld, no test GGUFs)
 is skipped with a message saying how to get it.
 """
 
@@ -33,6 +33,13 @@ def _source_entries(source: str) -> dict[str, str]:
                 f"llama.cpp templates are not in {templates.llamacpp_dir()}; "
                 "run `python fixtures/templates.py` (or fixtures/realmodels.py) to fetch them"
             )
+    elif source == "xinference":
+        found = templates.xinference_templates()
+        if not found:
+            pytest.skip(
+                f"xinference templates are not in {templates.default_templates_dir()}; "
+                "run `python fixtures/templates.py` (or fixtures/realmodels.py) to fetch them"
+            )
     elif source == "realworld":
         found = templates.realworld_templates()
         if not found:
@@ -61,7 +68,7 @@ def test_labels_are_well_formed():
         assert not set(label["end_of_turn"] + label["also"]) & set(label["not_end"]), name
 
 
-@pytest.mark.parametrize("source", ["llama.cpp", "realworld", "gguf", "synth"])
+@pytest.mark.parametrize("source", ["llama.cpp", "xinference", "realworld", "gguf", "synth"])
 def test_every_entry_has_a_label_and_every_label_an_entry(source):
     entries = _source_entries(source)
     labelled = {name for name in _labels() if name.split("/", 1)[0] == source}
@@ -73,4 +80,4 @@ def test_every_entry_has_a_label_and_every_label_an_entry(source):
 def test_corpus_is_the_union_of_the_sources():
     entries = templates.corpus()
     assert set(templates.synth_templates()) <= set(entries)
-    assert all(name.split("/", 1)[0] in {"llama.cpp", "realworld", "gguf", "synth"} for name in entries)
+    assert all(name.split("/", 1)[0] in {"llama.cpp", "xinference", "realworld", "gguf", "synth"} for name in entries)
