@@ -77,13 +77,18 @@ class Analysis:
     def required_stop_ids(self) -> list[int]:
         """The ids a runtime must stop on for assistant turns to end (any one of them suffices):
         the turn's closing tokens, or every role header that can follow. Safe by construction."""
-        return [m.stop_id for m in self.end_of_turn if m.stop_id is not None]
+        ids = [m.stop_id for m in self.end_of_turn if m.stop_id is not None]
+        if self.turns is not None:  # earlier tokens of the same close end the turn too
+            vocab = self.facts.vocab
+            ids += [i for m in self.turns.also_ends if (i := vocab.is_single_token(m.text)) is not None
+                    and i not in ids and self.stop_hazard(i) is None]
+        return ids
 
     def primary_stop_ids(self) -> list[int]:
         """What a fix adds when a runtime stops on none of `required_stop_ids`: the last closing
         token of the turn ('<|END_RESPONSE|><|END_OF_TURN_TOKEN|>' → the latter), or every role
         header that can follow (GLM-4: `<|user|>` and `<|observation|>`)."""
-        ids = self.required_stop_ids()
+        ids = [m.stop_id for m in self.end_of_turn if m.stop_id is not None]
         if self.turns is not None and self.turns.style == "next-header":
             return ids
         return ids[-1:]

@@ -48,6 +48,9 @@ class TurnStructure:
     end_of_turn: tuple[EndOfTurnMarker, ...]
     style: str
     close: str  # the whole text written after assistant content, before the next turn opens
+    # earlier special tokens of the close ('<|end|>' of '<|end|><|endoftext|>'): a runtime stopping
+    # on one of them also ends the turn, but none is suggested
+    also_ends: tuple[EndOfTurnMarker, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)  # role → text written before its content
     openers: frozenset[str] = frozenset()  # tokens that open a turn (<|im_start|>, <|start_header_id|>)
     inner: frozenset[str] = frozenset()  # special tokens written inside an assistant turn
@@ -55,22 +58,25 @@ class TurnStructure:
     needs_tools: bool = False  # the template only renders with a tools list
 
     def header_tokens(self, known: Iterable[str]) -> frozenset[str]:
-        """Special tokens written in any turn header, plus the openers."""
+        """Special tokens written in any turn header, plus the openers; never the close's own
+        tokens (a header learnt after a default system turn may begin with that turn's close)."""
+        known = sorted(set(known), key=len, reverse=True)
+        closes = set(_pieces(self.close, known)) | {m.text for m in (*self.end_of_turn, *self.also_ends) if m.kind == "token"}
         texts = set(self.openers)
         for header in self.headers.values():
-            texts |= {p for p in _pieces(header, list(known)) if p in set(known) and p.strip()}
-        return frozenset(texts)
+            texts |= {p for p in _pieces(header, known) if p in known and p.strip()}
+        return frozenset(texts - closes)
 
 
 # Sentinels: plain alphanumerics that survive |trim, |lower is not common enough to plan for.
 _SYS, _U1, _A1, _U2 = "sdSentSys7q", "sdSentUsrOne7q", "sdSentAstOne7q", "sdSentUsrTwo7q"
-_THINK, _TOOL = "sdSentThink7q", "sdSentTool7q"
+_THINK, _TOOL, _TOOL_NAME = "sdSentThink7q", "sdSentTool7q", "get_weather"
 _BOS = "sdSentBos7q"
 # A tool for templates that iterate `tools` without a guard (Hermes-2-Pro tool_use, Command R+).
 _SAMPLE_TOOL = {
     "type": "function",
     "function": {
-        "name": "get_weather",
+        "name": _TOOL_NAME,
         "description": "Get the weather in a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city."}},
                        "required": ["city"]},
@@ -91,6 +97,9 @@ _SHAPES = (_Shape(), _Shape(parts=True), _Shape(tools=True), _Shape(parts=True, 
 # The limits and shape of the find_* call in progress, so the helpers below need not pass them around.
 _SENTINEL_LIMITS: ContextVar[RenderLimits] = ContextVar("stopdoctor_sentinel_limits", default=RenderLimits())
 _SENTINEL_SHAPE: ContextVar[_Shape] = ContextVar("stopdoctor_sentinel_shape", default=_Shape())
+_SENTINEL_EXTRA: ContextVar[dict[str, str]] = ContextVar("stopdoctor_sentinel_extra")
+_UNDEFINED_RE = re.compile(r"'(\w{1,40})' is undefined")
+_RESERVED_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt", "message", "loop"})
 # A rough tokenisation for comparing the text around turns when no vocabulary is given:
 # chat-control-looking tags, bracket tags, whitespace runs, words, single characters.
 _PIECE_RE = re.compile(r"<\|[^|<>]*\|>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]|\s+|[^\s<\[]+|.", re.S)
@@ -102,6 +111,7 @@ def _probing(source: str, special_tokens: Mapping[str, str] | None, limits: Rend
     user and an assistant message."""
     token = _SENTINEL_LIMITS.set(limits)
     shape_token = _SENTINEL_SHAPE.set(_Shape())
+    extra_token = _SENTINEL_EXTRA.set({})
     try:
         chosen = _Shape()
         for shape in _SHAPES:
@@ -112,6 +122,7 @@ def _probing(source: str, special_tokens: Mapping[str, str] | None, limits: Rend
         _SENTINEL_SHAPE.set(chosen)
         yield chosen
     finally:
+        _SENTINEL_EXTRA.reset(extra_token)
         _SENTINEL_SHAPE.reset(shape_token)
         _SENTINEL_LIMITS.reset(token)
 
@@ -141,22 +152,36 @@ def _as_parts(message: dict) -> dict:
 
 
 def _try_render(source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
-                add_generation_prompt: bool = False) -> str | None:
+                add_generation_prompt: bool = False, optional: bool = False) -> str | None:
     """Render, or None when the template rejects this conversation shape. Limit and sandbox
-    errors are not a matter of shape: they propagate."""
+    errors are not a matter of shape: they propagate, except from an `optional` probe (a tool
+    call, reasoning, a tool role), which only refines what the plain conversation showed."""
     shape = _SENTINEL_SHAPE.get()
     if shape.parts:
         messages = [_as_parts(m) for m in messages]
-    try:
-        return render_chat(source, messages, add_generation_prompt=add_generation_prompt,
-                           special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get(),
-                           tools=[_SAMPLE_TOOL] if shape.tools else None)
-    except TemplateLimitError:
-        raise
-    except TemplateError as exc:
-        if "syntax error" in exc.message:
+    extra = _SENTINEL_EXTRA.get(None)
+    if extra is None:
+        extra = {}
+    for _ in range(4):
+        try:
+            return render_chat(source, messages, add_generation_prompt=add_generation_prompt,
+                               special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get(),
+                               tools=[_SAMPLE_TOOL] if shape.tools else None, extra=extra or None)
+        except TemplateLimitError:
+            if optional:
+                return None
             raise
-        return None
+        except TemplateError as exc:
+            if "syntax error" in exc.message:
+                raise
+            # A template that needs a variable of its own (firefunction's `functions`, `datetime`)
+            # is rendered with it empty, as a caller passing it would.
+            missing = _UNDEFINED_RE.search(exc.message)
+            if (missing is None or missing.group(1) in extra or missing.group(1) in _RESERVED_NAMES
+                    or missing.group(1).endswith("_token")):  # a special token the model lacks: a real failure
+                return None
+            extra[missing.group(1)] = ""
+    return None
 
 
 def _pieces(text: str, known: list[str]) -> list[str]:
@@ -259,13 +284,19 @@ def _cut_at_opener(text: str, openers: frozenset[str], known: list[str]) -> str:
 
 def _openers(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
              prefix: list[dict], generation_prompt: str | None) -> frozenset[str]:
-    """Special tokens that open a turn: the first token of the generation prompt and of the
-    conversation's first header. Their role-independent part is written after every close."""
+    """Special tokens that open every turn, whatever its role: the first token of the generation
+    prompt (`<|im_start|>`, `<|start_header_id|>`, or GLM's `<|assistant|>`), and the first token
+    of the system and user headers when both begin with the same one (a template that ignores
+    add_generation_prompt). Written right after every close, they are never part of it."""
+    bos = (special_tokens or {}).get("bos_token")
     found = set()
-    for text in (generation_prompt, _text_before(source, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1)):
-        first = _first_special(text, known, skip=(special_tokens or {}).get("bos_token"))
-        if first is not None:
-            found.add(first)
+    first = _first_special(generation_prompt, known, skip=bos)
+    if first is not None:
+        found.add(first)
+    system = _first_special(_text_before(source, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
+    user = _first_special(_text_before(source, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
+    if system is not None and system == user:
+        found.add(system)
     return frozenset(found)
 
 
@@ -278,13 +309,13 @@ def _generation_prompt(source: str, special_tokens: Mapping[str, str] | None, pr
 
 
 def _inner_tokens(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
-                  prefix: list[dict], openers: frozenset[str]) -> frozenset[str]:
+                  prefix: list[dict], openers: frozenset[str], close: str) -> frozenset[str]:
     """Special tokens written inside an assistant turn, between its opening and its content:
     thinking tags, channel markers, response delimiters. Rendered with and without reasoning."""
     inner: set[str] = set()
     user_close = _between(_try_render(source, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
     for assistant in (_assistant(_A1), _assistant(_A1, reasoning_content=_THINK)):
-        text = _try_render(source, [*prefix, _user(_U1), assistant], special_tokens)
+        text = _try_render(source, [*prefix, _user(_U1), assistant], special_tokens, optional=True)
         span = _between(text, _U1, _A1) if text is not None else None
         if span is None:
             continue
@@ -293,14 +324,26 @@ def _inner_tokens(source: str, special_tokens: Mapping[str, str] | None, known: 
         if start is None:  # no opener: skip what the user turn writes after its content anyway
             start = len(_pieces(_common_prefix(user_close, span, known), known))
         inner |= {p for p in pieces[start + 1:] if p in known and p.strip() and p not in openers}
+    # A token after which the turn still writes a tool call (Cohere <|END_TEXT|> before
+    # <|START_ACTION|>) closes a segment, not the turn.
+    call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
+    text = _try_render(source, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
+    after = _between(text, _A1, None) if text is not None else None
+    if after and _TOOL_NAME in after:
+        before_call = after[: after.rfind(_TOOL_NAME)]
+        # the call must be in the same turn: no opener before it, and not after the usual close
+        # (GigaChat writes the call as a message of its own after <|message_sep|>)
+        same_turn = _cut_at_opener(before_call, openers, known) == before_call
+        if same_turn and not (close.strip() and before_call.startswith(close)):
+            inner |= {p for p in _pieces(before_call, known) if p in known and p.strip()}
     return frozenset(inner)
 
 
 def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header: str | None) -> list[tuple[str, str]]:
-    """The end-of-turn markers in a close text: its special tokens that are not whitespace and not
-    written inside turns, in order ('<|end|><|endoftext|>' → both: the turn ends at the first one
-    a runtime stops on). Without known special tokens, the first non-whitespace run, unless that
-    is the next user header ("\n\nUSER: " closes nothing: it opens the next turn)."""
+    """The special tokens of a close text that may end a turn, in order: not whitespace, not
+    written inside turns. The last is what the turn ends with ('<|END_RESPONSE|><|END_OF_TURN_TOKEN|>'
+    → END_OF_TURN). Without known special tokens, the first non-whitespace run, unless that is
+    the next user header ("\n\nUSER: " closes nothing: it opens the next turn)."""
     pieces = _pieces(close, known)
     markers = []
     for i, piece in enumerate(pieces):
@@ -313,6 +356,16 @@ def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header
     if match is None or (user_header and match.group(1) in user_header):
         return []
     return [(match.group(1), match.group(2))]
+
+
+def _common_suffix(a: str, b: str, known: list[str]) -> str:
+    pa, pb = _pieces(a, known), _pieces(b, known)
+    out: list[str] = []
+    for x, y in zip(reversed(pa), reversed(pb)):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(reversed(out))
 
 
 def analyze_turns(
@@ -353,10 +406,16 @@ def _analyze(source: str, special_tokens: Mapping[str, str] | None, known: list[
 
     generation_prompt = _generation_prompt(source, special_tokens, prefix)
     openers = _openers(source, special_tokens, known, prefix, generation_prompt)
-    inner = _inner_tokens(source, special_tokens, known, prefix, openers)
     headers = _headers(source, special_tokens, known, openers)
     close_end = _cut_at_opener(after_end, openers, known) if after_end is not None else None
     close_mid = _cut_at_opener(after_mid, openers, known) if after_mid is not None else None
+    if close_mid:
+        # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
+        # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
+        first_user = _text_before(source, special_tokens, [*prefix, u1], _U1)
+        header = _common_suffix(close_mid, first_user or "", known)
+        if header.strip():
+            close_mid = close_mid[: len(close_mid) - len(header)]
 
     style, close = "token", ""
     if close_end and close_end.strip() and close_mid and close_mid.strip():
@@ -366,12 +425,14 @@ def _analyze(source: str, special_tokens: Mapping[str, str] | None, known: list[
         close = close_end
     elif close_mid and close_mid.strip():
         close, style = close_mid, "only-when-followed"
-    markers = [EndOfTurnMarker(text, trailing, f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}")
-               for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
+    inner = _inner_tokens(source, special_tokens, known, prefix, openers, close)
+    evidence = f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}"
+    found = [EndOfTurnMarker(text, trailing, evidence) for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
+    markers, also = found[-1:], found[:-1]
     if not markers:
         style, markers = _headerish_end(source, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
-    return TurnStructure(tuple(markers), style, close, headers, openers, inner, shape.parts, shape.tools)
+    return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, shape.parts, shape.tools)
 
 
 def _headerish_end(source: str, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
@@ -380,8 +441,9 @@ def _headerish_end(source: str, special_tokens: Mapping[str, str] | None, known:
     `<|user|>`, `<|observation|>`), or at a plain-text header after whitespace, or nowhere. A
     token that opens every turn (`<|im_start|>`) or is written inside turns is never one."""
     following = [("user", after_mid)]
-    tool = _try_render(source, [_user(_U1), _assistant(_A1), {"role": "tool", "content": _TOOL}], special_tokens)
-    following.append(("tool", _between(tool, _A1, _TOOL) if tool is not None else None))
+    for role in ("tool", "observation"):  # GLM calls the tool role "observation"
+        tool = _try_render(source, [_user(_U1), _assistant(_A1), {"role": role, "content": _TOOL}], special_tokens, optional=True)
+        following.append((role, _between(tool, _A1, _TOOL) if tool is not None else None))
     markers: list[EndOfTurnMarker] = []
     for role, text in following:
         first = _first_special(text, known)

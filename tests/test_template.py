@@ -350,11 +350,10 @@ def test_known_special_tokens_split_the_end_of_turn_text():
     )
     unknown = find_end_of_turn(source)
     assert [m.text for m in unknown] == ["<|end|><|endoftext|>"]
-    known = find_end_of_turn(source, known_special_texts=["<|end|>", "<|endoftext|>", "<|user|>"])
-    assert known == [
-        EndOfTurnMarker("<|end|>", "", known[0].evidence),
-        EndOfTurnMarker("<|endoftext|>", "\n", known[1].evidence),
-    ]
+    # the turn ends with the close's last token; a runtime stopping on the earlier one ends it too
+    turns = analyze_turns(source, known_special_texts=["<|end|>", "<|endoftext|>", "<|user|>"])
+    assert list(turns.end_of_turn) == [EndOfTurnMarker("<|endoftext|>", "\n", turns.end_of_turn[0].evidence)]
+    assert [m.text for m in turns.also_ends] == ["<|end|>"]
 
 
 def test_eos_token_variable_is_only_known_through_special_tokens():
