@@ -137,8 +137,7 @@ def analyze(facts: ModelFacts) -> Analysis:
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = effective_stops(facts)
-    all_stops = {i for s in analysis.stops for i in s.ids} | {d.id for d in facts.declared_for("eos") if d.id is not None}
-    analysis.verdict = decide(facts, analysis.end_of_turn_ids, all_stops)
+    analysis.verdict = decide(facts, analysis.end_of_turn_ids)
     return analysis
 
 

@@ -36,7 +36,10 @@ class Verdict:
     evidence: tuple[Evidence, ...]
 
 
-def decide(facts: ModelFacts, end_of_turn_ids: set[int], stop_ids: set[int]) -> Verdict:
+def decide(facts: ModelFacts, end_of_turn_ids: set[int]) -> Verdict:
+    """Only the model's own files count: its names, its declared stop ids (not what a runtime
+    adds, such as llama.cpp's end-of-generation text list), GGUF general.finetune, its model card.
+    A chat template alone is weak evidence: anyone can add one to a base model."""
     evidence: list[Evidence] = []
     strong = False
     for arch in facts.architectures:
@@ -54,12 +57,13 @@ def decide(facts: ModelFacts, end_of_turn_ids: set[int], stop_ids: set[int]) -> 
             break
     template_known = facts.is_gguf or "tokenizer_config.json" in facts.documents or bool(facts.templates)
     if facts.templates:
-        evidence.append(Evidence("ships a chat template", +2, facts.templates[0].location))
-        strong = True
-        if end_of_turn_ids & stop_ids:
-            evidence.append(Evidence("the template's end-of-turn token is a stop id", +2))
+        evidence.append(Evidence("ships a chat template", +1, facts.templates[0].location))
+        declared = [d for d in facts.declared if d.role in ("eos", "eot", "eom") and d.id in end_of_turn_ids]
+        if declared:
+            evidence.append(Evidence("the model declares the template's end-of-turn token as a stop id", +2, declared[0].location))
+            strong = True
         elif end_of_turn_ids:
-            evidence.append(Evidence("the template's end-of-turn token is declared nowhere as a stop id", -1))
+            evidence.append(Evidence("the model's files declare the template's end-of-turn token nowhere as a stop id", -1))
         if facts.sampling.get("do_sample") and facts.sampling["do_sample"].value is True:
             evidence.append(Evidence("generation_config.json sets sampling defaults", +1, facts.sampling["do_sample"].location))
     elif template_known:
@@ -67,6 +71,7 @@ def decide(facts: ModelFacts, end_of_turn_ids: set[int], stop_ids: set[int]) -> 
     for declared in facts.declared_for("eos"):
         if declared.text in TURN_END_EOS:
             evidence.append(Evidence(f"eos is the turn-end token {declared.text}", +2, declared.location))
+            strong = True
             break
     if facts.base_model is not None:
         evidence.append(Evidence(f"model card names base_model {facts.base_model.value}", 0, facts.base_model.location))

@@ -35,17 +35,20 @@ EXPECTED = {
     # only config.json + generation_config.json: nothing says base or instruct (README: base)
     "Peterpetu__Large-Language-Model-Fine-Tuning-with-QLora__merged_model": ("unknown", None, set(), {"stop-ids-disagree"}),
     "SmartMaster35Rus__Llama3-GGuf": ("instruct", ("<|eot_id|>", 128009), {"end-of-turn-not-a-stop-id", "stop-ids-disagree"}, {"pad-is-eos"}),
-    "ananddhanabal__gemma": ("instruct", ("<end_of_turn>", 107), {"end-of-turn-not-a-stop-id", "double-bos"}, {"pad-is-eos"}),
+    # only the template says chat: the end-of-turn is declared nowhere, the name says nothing
+    "ananddhanabal__gemma": ("unknown", ("<end_of_turn>", 107), {"end-of-turn-not-a-stop-id", "double-bos"}, {"pad-is-eos"}),
     "colorfulandcjy0806__cjy_chat": ("instruct", ("<|im_end|>", 92542), {"end-of-turn-not-a-stop-id", "pad-is-eos", "double-bos"}, set()),
     "gsasouza__dolphin3-mistral": ("instruct", ("<|im_end|>", 131072), set(), {"end-of-turn-not-a-stop-id", "template-token-not-special", "pad-is-eos"}),
     # The files show a ChatML template whose end-of-turn was never made a stop id; that it is a
     # base model (README) is knowledge about who trained it, not in the files: verdict instruct.
-    "hashvibe007__smollm2__final_model": ("instruct", ("<|im_end|>", 2), {"end-of-turn-not-a-stop-id", "pad-is-eos"}, set()),
+    # a ChatML template whose <|im_end|> no file declares as a stop id: not evidence of chat tuning
+    "hashvibe007__smollm2__final_model": ("unknown", ("<|im_end|>", 2), {"end-of-turn-not-a-stop-id", "pad-is-eos"}, set()),
     "junqi-jiang__oasstpythia1.5brm": ("unknown", None, {"no-chat-template"}, {"pad-is-eos"}),
     "kunalm2345__slm-aplit": ("instruct", ("<|end|>", 32007), {"pad-is-eos"}, {"end-of-turn-not-a-stop-id", "eos-id-invalid"}),
     "mohamadfayez__ain-model": ("instruct", ("<|im_end|>", 151645), {"templates-differ"}, {"end-of-turn-not-a-stop-id", "pad-is-eos"}),
     "root-hypercube__qwen3-mlx": ("instruct", ("<|im_end|>", 151645), set(), {"end-of-turn-not-a-stop-id", "pad-is-eos"}),
-    "sayksii__TAIDE-Llama3-Qlora-Finetune": ("unknown", None, set(), {"end-of-turn-not-a-stop-id", "stop-ids-disagree"}),
+    # special_tokens_map.json declares eos <|eot_id|>: the model's own stop id is a turn end
+    "sayksii__TAIDE-Llama3-Qlora-Finetune": ("instruct", None, set(), {"end-of-turn-not-a-stop-id", "stop-ids-disagree"}),
     "tbressers__WizardLM-2-8x22B": ("instruct", None, {"no-chat-template"}, {"pad-is-eos"}),
 }
 
