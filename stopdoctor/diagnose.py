@@ -37,7 +37,8 @@ class Step:
 
 @dataclass(frozen=True)
 class StopCause:
-    """Why generation ended. kind: eos | stop_id | stop_string | length."""
+    """Why generation ended. kind: eos | stop_id | stop_string | length | unreported (a server
+    said "stop" without saying on what; `text` lists what could have ended it)."""
 
     kind: str
     id: int | None = None

@@ -468,8 +468,14 @@ def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFac
         if stop is not None and facts is not None:
             return _cause_for_id(stop, facts, step=-1)
         return StopCause("stop_id", id=stop_reason, text=facts.vocab.text_of(stop_reason) if facts else None)
-    # vLLM reports stop_reason None for the eos; other servers say nothing: eos is the usual cause.
-    return StopCause("eos")
+    # No reason given (vLLM for the eos; TGI, llama.cpp and transformers serve always): name the
+    # cause only when one candidate could have ended it. A stop string is never called "eos".
+    if not stops.strings and len(stops.ids) == 1 and facts is not None:
+        return _cause_for_id(stops.ids[0], facts, step=-1)
+    if not stops.strings and not stops.ids:
+        return StopCause("eos")  # only the server's own eos could have ended it
+    candidates = [f"{s.text or s.id} (id {s.id})" for s in stops.ids] + [json.dumps(t, ensure_ascii=False) for t in stops.strings]
+    return StopCause("unreported", text=", ".join(candidates))
 
 
 # --------------------------------------------------------------------------------------------

@@ -459,6 +459,16 @@ def _headerish_end(source: str, special_tokens: Mapping[str, str] | None, known:
     return "none", []
 
 
+def render_in_shape(turns: TurnStructure, source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
+                    add_generation_prompt: bool = False) -> str:
+    """Render `messages` in the conversation shape the template was found to need (content as
+    parts, a sample tools list), so a check sees what the template writes for a real caller."""
+    if turns.content_as_parts:
+        messages = [_as_parts(m) for m in messages]
+    return render_chat(source, messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens,
+                       tools=[_SAMPLE_TOOL] if turns.needs_tools else None)
+
+
 def find_end_of_turn(
     source: str,
     special_tokens: Mapping[str, str] | None = None,

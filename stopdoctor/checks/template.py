@@ -7,7 +7,7 @@ import re
 from ..analysis import Analysis
 from ..model import Location
 from ..report import Severity
-from ..sandbox import render_chat
+from ..turns import render_in_shape
 from . import Check, check
 
 # Marker-shaped text in a rendered prompt: <|...|>, <...>, [INST]-style. Used only to list
@@ -37,7 +37,7 @@ def template_token_not_special(analysis: Analysis, self: Check):
     facts = analysis.facts
     template = facts.template
     for marker in analysis.end_of_turn:
-        if marker.single_special or not marker.known:
+        if marker.single_special or not marker.known or marker.kind == "text":  # a plain-text header is text by design
             continue
         if marker.text in (facts.token_text("eos"),):
             continue
@@ -165,12 +165,12 @@ def template_ignores_generation_prompt(analysis: Analysis, self: Check):
     """
     facts = analysis.facts
     template = facts.template
-    if template is None or not analysis.end_of_turn:
+    if template is None or not analysis.end_of_turn or analysis.turns is None:
         return
     specials = facts.special_token_texts()
     messages = [{"role": "user", "content": "Hello"}]
-    with_prompt = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=specials)
-    without = render_chat(template.source, messages, add_generation_prompt=False, special_tokens=specials)
+    with_prompt = render_in_shape(analysis.turns, template.source, messages, specials, add_generation_prompt=True)
+    without = render_in_shape(analysis.turns, template.source, messages, specials, add_generation_prompt=False)
     # Llama-2/Mistral templates have no assistant header at all: the same output either way is
     # their design. The defect is a turn opened after the user's end-of-turn even when not asked for.
     marker = analysis.end_of_turn[0].text

@@ -94,6 +94,8 @@ def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
     if cause.kind == "stop_string":
         return f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)} matched in the text of step {cause.step}" \
             if cause.step is not None and cause.step >= 0 else f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)}"
+    if cause.kind == "unreported":
+        return f"stop: the server did not say which stop ended it (one of {cause.text})"
     budget = max_new_tokens if max_new_tokens is not None else len(g.steps)
     return f"length: ran to the token budget ({budget} new tokens)"
 
