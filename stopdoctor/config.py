@@ -125,7 +125,7 @@ def _settings_from_table(table: dict[str, Any], path: Path, prefix: str) -> Sett
             _expectation(entry, path, where(key)),
         ))
     settings = Settings(
-        models=tuple(models),
+        models=merge_models(models),
         serving=tuple(folder / s for s in _strings(table.get("serving", []), where("serving"))),
         select=tuple(_strings(table.get("select", []), where("select"))),
         ignore=tuple(_strings(table.get("ignore", []), where("ignore"))),
@@ -222,7 +222,7 @@ def from_environment(settings: Settings, environ: Mapping[str, str]) -> Settings
 
     changes: dict[str, Any] = {}
     if (models := items("MODELS")) is not None:
-        changes["models"] = tuple(_entry_for(spec, settings) for spec in models)
+        changes["models"] = merge_models(_entry_for(spec, settings) for spec in models)
     if (serving := items("SERVING")) is not None:
         changes["serving"] = tuple(Path(s) for s in serving)
     for name, key in (("SELECT", "select"), ("IGNORE", "ignore")):
@@ -253,7 +253,7 @@ def with_flags(settings: Settings, *, models: list[str] | None = None, revision:
     changes: dict[str, Any] = {}
     if models:
         entries = [_entry_for(spec, settings) for spec in models]
-        changes["models"] = tuple(dataclasses.replace(e, revision=revision) if revision else e for e in entries)
+        changes["models"] = merge_models(dataclasses.replace(e, revision=revision) if revision else e for e in entries)
     if serving:
         changes["serving"] = tuple(Path(s) for s in serving)
     if fail_on is not None:
@@ -274,12 +274,40 @@ def _split(values: list[str]) -> list[str]:
 
 
 def _entry_for(spec: str, settings: Settings) -> ModelEntry:
-    """The configured entry for `spec` when it names the same model, else a bare one."""
+    """The configured entry for `spec` when it names the same model (its expectation and serving
+    files included), else a bare one."""
     wanted = _same_model_key(spec)
     for entry in settings.models:
         if _same_model_key(entry.spec) == wanted:
             return dataclasses.replace(entry, spec=spec)
     return ModelEntry(spec)
+
+
+def merge_models(entries) -> tuple[ModelEntry, ...]:
+    """One entry per model (same resolved path, or same hub id and revision), in first-seen order:
+    a model listed in `models = [...]` and again in `[[model]]` is checked once, with the
+    expectation and serving files of both (the later expectation's keys win)."""
+    merged: dict[tuple[str, str | None], ModelEntry] = {}
+    for entry in entries:
+        key = (_same_model_key(entry.spec), entry.revision)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = entry
+            continue
+        merged[key] = dataclasses.replace(
+            seen,
+            serving=tuple(dict.fromkeys((*seen.serving, *entry.serving))),
+            expectation=_merge_expectations(seen.expectation, entry.expectation),
+        )
+    return tuple(merged.values())
+
+
+def _merge_expectations(first: Expectation | None, second: Expectation | None) -> Expectation | None:
+    if first is None or second is None:
+        return first or second
+    return dataclasses.replace(first, kind=second.kind or first.kind,
+                               end_of_turn=second.end_of_turn or first.end_of_turn,
+                               stops=second.stops or first.stops)
 
 
 def _same_model_key(spec: str) -> str:
