@@ -401,6 +401,7 @@ class ModelCheck:
     serving: tuple[Path, ...] = ()
     error: StopdoctorError | None = None
     failed_target: str | None = None  # what could not be read: the model or a serving file
+    live: Any = None  # generate.FragmentVerdict of the --live probe, None when it did not run
 
     @property
     def error_line(self) -> str | None:
@@ -473,9 +474,11 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
             outcomes.append(ModelCheck(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
             continue
         findings = list(result.findings)
+        probe = None
         if live:
             try:
-                findings.extend(live_findings(result, entry.expectation))
+                probe = live_probe(result)
+                findings.extend(live_findings(result, entry.expectation, probe))
             except StopdoctorError as error:
                 outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
                                            error=error, failed_target=f"{entry.spec} (live probe)"))
@@ -485,11 +488,11 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
                 findings.extend(_serving_findings(result.analysis, path, serving_cache))
             except StopdoctorError as error:
                 outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
-                                           error=error, failed_target=str(path)))
+                                           error=error, failed_target=str(path), live=probe))
                 break
         else:
-            codes = checks_run(settings, bool(serving_files), entry.expectation is not None)
-            outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), codes, serving_files))
+            codes = checks_run(settings, bool(serving_files), entry.expectation is not None or live)
+            outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), codes, serving_files, live=probe))
     levels = {code: severity_of(settings, check) or check.severity for code, check in REGISTRY.items()}
     return GateReport(outcomes, settings.fail_on, settings.config_file, levels)
 
@@ -511,14 +514,20 @@ def require_live() -> None:
     require_torch()
 
 
-def live_findings(result: Any, expectation: Expectation | None) -> list[Finding]:
-    """Run the fragment probe (does the model answer and end its turn, or continue text?). Its
-    verdict is held against the expected kind (SD501); without one, against the static verdict
-    only when that was sure, since a mismatch there means the files describe another model."""
+def live_probe(result: Any) -> Any:
+    """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
+    model's weights: a `generate.FragmentVerdict`."""
     from .generate import LocalEngine, ModelContext, fragment_test
 
-    context = ModelContext(result.facts, result.analysis)
-    verdict = fragment_test(context, LocalEngine.load(result.facts))
+    return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
+
+
+def live_findings(result: Any, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
+    """The fragment probe's verdict held against the expected kind (SD501); without one, against
+    the static verdict only when that was sure, since a mismatch there means the files describe
+    another model. `verdict`: the probe already run (else it runs here)."""
+    if verdict is None:
+        verdict = live_probe(result)
     check = REGISTRY["SD501"]
     wanted = expectation.kind if expectation and expectation.kind else None
     static = result.analysis.verdict.kind if result.analysis.verdict else "unknown"

@@ -43,3 +43,28 @@ def test_a_model_listed_twice_in_the_config_is_checked_once(readme_project):
 def test_check_model_applies_that_models_configured_expectation(readme_project, spec):
     result = cli("check", spec, "--format", "sarif")
     assert _sarif_rules(result) == ["SD101", "SD501"]
+
+
+def _fake_probe(monkeypatch):
+    from stopdoctor import config
+    from stopdoctor.diagnose import Generation, StopCause
+    from stopdoctor.generate import FragmentProbe, FragmentVerdict
+
+    generation = Generation("stop", StopCause("eos", 2, "<|im_end|>"), "Paris.")
+    verdict = FragmentVerdict("instruct", "answered the question and ended its turn after 3 tokens (<|im_end|>)",
+                              (FragmentProbe("chat question", "What is the capital of France?", generation, True),))
+    monkeypatch.setattr(config, "require_live", lambda: None)
+    monkeypatch.setattr(config, "live_probe", lambda result: verdict)
+    return verdict
+
+
+def test_check_live_shows_what_it_ran_and_found(readme_project, monkeypatch):
+    _fake_probe(monkeypatch)
+    human = cli("check", "--live", "--no-color")
+    assert "live probe" in human.stdout and "chat question" in human.stdout
+    assert "verdict   instruct: answered the question" in human.stdout
+    document = cli("check", "--live", "--format", "json").json()
+    live = document["models"][0]["live"]
+    assert live["verdict"] == "instruct" and live["probes"][0]["name"] == "chat question"
+    assert live["probes"][0]["text"] == "Paris."
+    assert cli("check", "--format", "json").json()["models"][0]["live"] is None

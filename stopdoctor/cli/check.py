@@ -93,6 +93,10 @@ def _human(report, color: bool, width: int) -> str:
         if model.result is not None:
             parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
                                               command="check"))
+        if model.live is not None:
+            from ..render.generation import render_live_human
+
+            parts.append(render_live_human(model.live, color, width))
         if model.error is not None:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
             parts.append(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n")
