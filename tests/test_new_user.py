@@ -68,3 +68,67 @@ def test_check_live_shows_what_it_ran_and_found(readme_project, monkeypatch):
     assert live["verdict"] == "instruct" and live["probes"][0]["name"] == "chat question"
     assert live["probes"][0]["text"] == "Paris."
     assert cli("check", "--format", "json").json()["models"][0]["live"] is None
+
+
+def test_version_and_short_help():
+    from stopdoctor import __version__
+
+    version = cli("--version")
+    assert version.code == 0 and version.stdout == f"stopdoctor {__version__}\n"
+    assert cli("-h").code == 0 and "Commands" in cli("-h").stdout
+    short = cli("inspect", "-h")
+    assert short.code == 0 and short.stdout.startswith("Usage: stopdoctor inspect [OPTIONS] MODEL\n")
+
+
+@pytest.mark.parametrize("command", ["inspect", "render", "generate", "fix"])
+def test_usage_names_the_model_argument_plainly(command):
+    usage = cli(command, "-h").stdout.splitlines()[0]
+    assert usage.endswith(" MODEL") and "{" not in usage
+
+
+def test_empty_model_argument_is_an_error_not_the_current_folder(tmp_path, monkeypatch):
+    shutil.copytree(EXAMPLE, tmp_path, dirs_exist_ok=True)  # the current folder IS a model
+    monkeypatch.chdir(tmp_path)
+    result = cli("inspect", "")
+    assert result.code == 2 and result.stderr.startswith("stopdoctor: error: empty model argument\n")
+
+
+def test_a_path_typo_under_an_existing_folder_is_no_such_folder(tmp_path, monkeypatch):
+    shutil.copytree(EXAMPLE, tmp_path / "models" / "my-finetune")
+    monkeypatch.chdir(tmp_path)
+    result = cli("inspect", "models/my-finetun")
+    assert result.code == 2
+    assert result.stderr.splitlines() == ["stopdoctor: error: models/my-finetun: no such folder or file in models/",
+                                          "hint: did you mean models/my-finetune?"]
+    hub_like = cli("inspect", "model/my-finetune")  # neither a folder here nor a cached hub model
+    assert hub_like.code == 2 and "no such local folder" in hub_like.stderr
+
+
+def test_error_lines_are_bounded_and_show_control_characters(tmp_path):
+    from stopdoctor.errors import InputError
+
+    error = InputError("x" * 5_000_000)
+    assert len(error.message) < 1100 and error.message.endswith("(4999000 more characters)")
+    model = tmp_path / "m"
+    shutil.copytree(EXAMPLE, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('\x1b[2J\x1b[31mboom' + 'y' * 1500000) }}"
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    result = cli("inspect", str(model))
+    assert result.code == 2
+    assert "\x1b" not in result.stderr and "\\x1b[2J" in result.stderr
+    assert len(result.stderr) < 5000
+
+
+def test_template_escape_sequences_never_reach_the_terminal(tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(ROOT / "fixtures" / "examples" / "chatml-ok", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = config["chat_template"].replace("<|im_end|>", "<|im_end|>\x1b]0;pwned\x07\x1b[2J")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    for color in ("--no-color", "--color"):
+        for command in (["inspect", str(model)], ["render", str(model), "-m", "user", "hi"]):
+            result = cli(*command, color, env={"NO_COLOR": "1"} if color == "--no-color" else None)
+            assert result.code in (0, 1), result.stderr
+            assert "\x1b]" not in result.stdout and "\x1b[2J" not in result.stdout and "\x07" not in result.stdout
+            assert "\\x1b" in result.stdout or command[0] == "inspect"

@@ -16,7 +16,7 @@ import typer
 
 from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
-ModelsArg = Annotated[Optional[List[str]], typer.Argument(
+ModelsArg = Annotated[Optional[List[str]], typer.Argument(metavar="[MODEL]...",
     help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
 ServingOpt = Annotated[Optional[List[str]], typer.Option(
     "--serving", help="Serving configuration deployed with the models (vLLM, Ollama Modelfile, llama.cpp, request); repeatable.",

@@ -46,7 +46,7 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
 
 @app.command()
 @handles_errors
-def rules(code: Annotated[str | None, typer.Argument(help="A check code (SD101) or name to explain.")] = None,
+def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A check code (SD101) or name to explain.")] = None,
           json: JsonOpt = False, color: ColorOpt = None) -> int:
     """List the checks, or explain one."""
     from ..checks import REGISTRY, find
