@@ -132,3 +132,53 @@ def test_template_escape_sequences_never_reach_the_terminal(tmp_path):
             assert result.code in (0, 1), result.stderr
             assert "\x1b]" not in result.stdout and "\x1b[2J" not in result.stdout and "\x07" not in result.stdout
             assert "\\x1b" in result.stdout or command[0] == "inspect"
+
+
+def _header_ok(document: dict, schema: str) -> None:
+    from stopdoctor import __version__
+
+    assert list(document)[:3] == ["schema_version", "schema", "tool"]
+    assert document["schema_version"] == 1 and document["schema"] == schema
+    assert document["tool"] == {"name": "stopdoctor", "version": __version__}
+
+
+def test_rules_json_has_the_header_every_document_has():
+    document = cli("rules", "--json").json()
+    _header_ok(document, "stopdoctor.rules/1")
+    assert [r["code"] for r in document["rules"]][:2] == ["SD000", "SD101"]
+    _header_ok(cli("rules", "--json", "SD101").json(), "stopdoctor.rules/1")
+
+
+def test_check_json_flag_is_format_json(readme_project):
+    result = cli("check", "--json")
+    _header_ok(result.json(), "stopdoctor.check/1")
+    assert result.json()["models"][0]["spec"].endswith("my-finetune")
+    clash = cli("check", "--json", "--format", "sarif")
+    assert clash.code == 2 and "two formats" in clash.stderr
+
+
+def test_fix_json_shows_the_edits_and_writes_with_write(tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(EXAMPLE, model)
+    shown = cli("fix", "--json", str(model))
+    assert shown.code == 1
+    document = shown.json()
+    _header_ok(document, "stopdoctor.fix/1")
+    assert [e["file"] for e in document["edits"]] == ["generation_config.json"]
+    assert '+  "eos_token_id": [609, 617],' in document["diff"] and document["written"] is False
+    written = cli("fix", "--json", "--write", str(model))
+    assert written.code == 0 and written.json()["written"] is True
+    clean = cli("fix", "--json", str(model))
+    assert clean.code == 0 and clean.json()["edits"] == [] and clean.json()["exit_code"] == 0
+
+
+def test_a_template_passed_as_serving_file_is_named_and_no_findings_is_not_claimed(tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(ROOT / "fixtures" / "examples" / "chatml-ok", model)
+    template = tmp_path / "chat.jinja"
+    template.write_text("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    result = cli("check", str(model), "--serving", str(template), "--no-color")
+    assert result.code == 2
+    assert "is a Jinja chat template, not a serving configuration" in result.stderr
+    assert "invalid JSON" not in result.stderr + result.stdout
+    assert "No findings." not in result.stdout and "not fully checked" in result.stdout
