@@ -182,3 +182,18 @@ def test_a_template_passed_as_serving_file_is_named_and_no_findings_is_not_claim
     assert "is a Jinja chat template, not a serving configuration" in result.stderr
     assert "invalid JSON" not in result.stderr + result.stdout
     assert "No findings." not in result.stdout and "not fully checked" in result.stdout
+
+
+def test_generate_exits_1_when_the_model_wrote_a_turn_itself_though_something_later_stopped_it():
+    from stopdoctor.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, exit_code
+
+    tokens = [(504, "Paris", False), (30, ".", False), (2, "<|im_end|>", True), (198, "\n", False),
+              (1, "<|im_start|>", True), (4093, "user", False), (198, "\n", False), (57, "Hi", False),
+              (0, "<|endoftext|>", True)]
+    steps = tuple(Step(i, tid, text, special) for i, (tid, text, special) in enumerate(tokens))
+    enders = {2: TurnEnder(2, "<|im_end|>", ("chat template",)), 0: TurnEnder(0, "<|endoftext|>", ("eos",))}
+    text = "".join(s.text for s in steps[:-1])
+    generation = Generation("stop", StopCause("eos", 0, "<|endoftext|>", step=8), text, steps)
+    diagnosis = diagnose(generation, enders, [0], {"user": "<|im_start|>user\n"}, ["<|im_start|>", "<|im_end|>"])
+    assert diagnosis.should_have_stopped.id == 2 and diagnosis.hallucinated_turn.role == "user"
+    assert exit_code(generation, diagnosis) == 1
