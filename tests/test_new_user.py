@@ -197,3 +197,70 @@ def test_generate_exits_1_when_the_model_wrote_a_turn_itself_though_something_la
     diagnosis = diagnose(generation, enders, [0], {"user": "<|im_start|>user\n"}, ["<|im_start|>", "<|im_end|>"])
     assert diagnosis.should_have_stopped.id == 2 and diagnosis.hallucinated_turn.role == "user"
     assert exit_code(generation, diagnosis) == 1
+
+
+def test_the_test_suite_cleans_up_its_temp_folders():
+    import subprocess
+    import sys
+
+    probe = ("import tests.conftest as c, json; print(json.dumps(c.TEMP_FOLDERS))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    folders = json.loads(out.stdout)
+    assert folders and not any(Path(f).exists() for f in folders)
+    config = (ROOT / "pyproject.toml").read_text()
+    assert 'tmp_path_retention_policy = "failed"' in config
+
+
+def test_torch_threads_leave_busy_cores_alone(monkeypatch):
+    import os
+
+    from stopdoctor.errors import InputError
+    from stopdoctor.generate import cpu_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.7, 2.5, 1.5))
+    assert cpu_threads({}) == 1  # 2 cores, both busy with others: one thread
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert cpu_threads({}) == 2  # only this process: every core
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    assert cpu_threads({}) == 12
+    assert cpu_threads({"STOPDOCTOR_THREADS": "3"}) == 3
+    with pytest.raises(InputError):
+        cpu_threads({"STOPDOCTOR_THREADS": "many"})
+
+
+def test_gguf_conversion_reports_tensors_as_progress_lines():
+    from stopdoctor.generate import _tensor_progress
+
+    heard: list[str] = []
+    items = list(_tensor_progress(heard.append, "m.gguf")(range(272), desc="Converting and de-quantizing"))
+    assert items == list(range(272))
+    assert heard[0] == "converting m.gguf: 0/272 tensors de-quantised (once; cached after)…"
+    assert heard[-1] == "converting m.gguf: 272/272 tensors de-quantised…" and len(heard) <= 12
+
+
+@pytest.mark.slow
+def test_gguf_generate_gives_progress_and_converts_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import test_models_dir
+
+    gguf = test_models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not gguf.is_file():
+        pytest.skip("run fixtures/realmodels.py for the real test models")
+    env = {**os.environ, "STOPDOCTOR_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "stopdoctor", "generate", str(gguf), "-m", "user", "Hi", "--max-new-tokens", "6",
+               "--device", "cpu"]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "tensors de-quantised" in first.stderr
+    assert "Converting and de-quantizing" not in first.stderr and "%|" not in first.stderr  # transformers' bars
+    converted = list((tmp_path / "cache" / "gguf-models").iterdir())
+    assert len(converted) == 1 and (converted[0] / "model.safetensors").is_file()
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert "converted once, cached" in second.stderr and "de-quantised" not in second.stderr
+    assert second.stdout == first.stdout

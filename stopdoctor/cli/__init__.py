@@ -139,6 +139,18 @@ class working:
             self._timer.start()
         return self
 
+    def update(self, message: str) -> None:
+        """A new stage of long work: the spinner's text on a terminal, else one line each."""
+        self.message = message
+        if self._status is not None:
+            self._status.update(message)
+        else:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer.join()
+                self._timer = None
+            say(f"stopdoctor: {message}")
+
     def __exit__(self, *exc_info) -> None:
         if self._status is not None:
             self._status.stop()

@@ -112,8 +112,8 @@ def generate(
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
     else:
-        with working(f"loading {model} with transformers…"):
-            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle)
+        with working(f"loading {model} with transformers…") as status:
+            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle, progress=status.update)
 
     if fragment_test:
         from ..render.generation import render_fragment_human, render_fragment_json
