@@ -264,3 +264,26 @@ def test_gguf_generate_gives_progress_and_converts_once(tmp_path):
     assert second.returncode == 0, second.stderr
     assert "converted once, cached" in second.stderr and "de-quantised" not in second.stderr
     assert second.stdout == first.stdout
+
+
+def test_probe_stop_suggests_only_what_measures_better():
+    from stopdoctor.probe import _recommend
+
+    def recs(misses_of, false_hits=()):
+        return _recommend("Question:", 1, 12, [[1], [2]], None, list(false_hits), [], "<|user|>\n", misses_of)
+
+    worse = recs(lambda text: 4)  # the anchored form misses more: no suggestion
+    assert not any("Anchor" in r or "user header" in r for r in worse)
+    better = recs(lambda text: 0)
+    assert any(r.startswith("Anchor it to a line start: '\\nQuestion:' (id match misses in 0 of 12") for r in better)
+    assert any("user header" in r for r in better)
+    same = recs(lambda text: 1)  # as good, not better: nothing to gain from changing
+    assert not any("Anchor" in r for r in same)
+
+
+@pytest.mark.slow  # Gemma's 262k-token GGUF vocabulary takes seconds to convert
+def test_probe_stop_on_gemma_does_not_suggest_an_anchor_that_misses_more(real_gguf_models):
+    run = cli("probe-stop", "Question:", "--model", str(real_gguf_models.gemma_gguf), "--json")
+    stop = run.json()["stops"][0]
+    assert stop["id_match_misses"] == 1
+    assert not any("\\nQuestion:" in r for r in stop["recommendations"]), stop["recommendations"]
