@@ -287,3 +287,13 @@ def test_probe_stop_on_gemma_does_not_suggest_an_anchor_that_misses_more(real_gg
     stop = run.json()["stops"][0]
     assert stop["id_match_misses"] == 1
     assert not any("\\nQuestion:" in r for r in stop["recommendations"]), stop["recommendations"]
+
+
+def test_readme_pre_commit_example_pins_a_release_tag():
+    import re
+
+    from stopdoctor import __version__
+
+    readme = (ROOT / "README.md").read_text()
+    revs = re.findall(r"^\s*rev:\s*(\S+)", readme, flags=re.M)
+    assert revs == [f"v{__version__}"]
