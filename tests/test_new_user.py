@@ -297,3 +297,51 @@ def test_readme_pre_commit_example_pins_a_release_tag():
     readme = (ROOT / "README.md").read_text()
     revs = re.findall(r"^\s*rev:\s*(\S+)", readme, flags=re.M)
     assert revs == [f"v{__version__}"]
+
+
+def _with_tokenizer_config(tmp_path, **changes) -> Path:
+    model = tmp_path / "m"
+    shutil.copytree(ROOT / "fixtures" / "examples" / "chatml-ok", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.update(changes)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    return model
+
+
+@pytest.mark.parametrize("entries", [
+    [{"name": "default"}],  # no template
+    [{"template": "{{ messages }}"}],  # no name: transformers reads entry["name"]
+    [{"name": "default", "template": 5}],
+    ["{{ messages }}"],
+])
+def test_a_broken_chat_template_list_is_an_error_not_no_template(tmp_path, entries):
+    result = cli("inspect", str(_with_tokenizer_config(tmp_path, chat_template=entries)))
+    assert result.code == 2
+    assert result.stderr.startswith("stopdoctor: error: tokenizer_config.json: chat_template[0] is not a")
+    assert "SD203" not in result.stdout
+
+
+def test_a_well_formed_chat_template_list_still_loads(tmp_path):
+    source = json.loads((ROOT / "fixtures" / "examples" / "chatml-ok" / "tokenizer_config.json").read_text())["chat_template"]
+    result = cli("inspect", "--json", str(_with_tokenizer_config(tmp_path, chat_template=[{"name": "default", "template": source}])))
+    assert result.code == 0 and result.json()["templates"][0]["key"] == "chat_template[0]"
+
+
+@pytest.mark.parametrize("file,content,expected", [
+    ("config.json", "[1, 2]", "config.json: expected a JSON object {…}, found a list"),
+    ("generation_config.json", "null", "generation_config.json: expected a JSON object {…}, found null"),
+    ("tokenizer.json", "{}", "tokenizer.json: valid JSON, but not a tokenizer the tokenizers library reads: Model missing."),
+    ("tokenizer.json", "[1]", "tokenizer.json: valid JSON, but not a tokenizer the tokenizers library reads: invalid type: "
+                              "sequence, expected struct Tokenizer"),
+    ("tokenizer.json", '{"x": ', "tokenizer.json: cannot be loaded by the tokenizers library: expected `,` or `}` at line 1"),
+])
+def test_wrong_schema_json_is_not_called_a_syntax_error(tmp_path, file, content, expected):
+    model = tmp_path / "m"
+    shutil.copytree(ROOT / "fixtures" / "examples" / "chatml-ok", model)
+    (model / file).write_text(content)
+    result = cli("inspect", str(model))
+    assert result.code == 2
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"stopdoctor: error: {expected}"), first
+    if "valid JSON" in expected or "expected a JSON object" in expected:
+        assert "line" not in first and "column" not in first
