@@ -345,3 +345,15 @@ def test_wrong_schema_json_is_not_called_a_syntax_error(tmp_path, file, content,
     assert first.startswith(f"stopdoctor: error: {expected}"), first
     if "valid JSON" in expected or "expected a JSON object" in expected:
         assert "line" not in first and "column" not in first
+
+
+@pytest.mark.parametrize("source", [
+    "\n".join("{% for x" + str(i) + " in messages %}" for i in range(25)) + "x" + "{% endfor %}" * 25,
+    "\n".join("{% if messages %}" for _ in range(120)) + "x" + "{% endif %}" * 120,
+])
+def test_a_template_error_never_quotes_the_generated_codes_line(tmp_path, source):
+    result = cli("render", str(_with_tokenizer_config(tmp_path, chat_template=source)), "-m", "user", "hi")
+    assert result.code == 2
+    first = result.stderr.splitlines()[0]
+    assert "nests its blocks too deeply" in first
+    assert "<template>" not in first and ", line " not in first
