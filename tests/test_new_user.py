@@ -357,3 +357,52 @@ def test_a_template_error_never_quotes_the_generated_codes_line(tmp_path, source
     first = result.stderr.splitlines()[0]
     assert "nests its blocks too deeply" in first
     assert "<template>" not in first and ", line " not in first
+
+
+def _gguf_with_tensors(path: Path) -> Path:
+    np = pytest.importorskip("numpy")
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("Tiny")
+    writer.add_tokenizer_model("gpt2")
+    tokens = ["<s>", "</s>"] + [f"t{i}" for i in range(40)]
+    writer.add_token_list(tokens)
+    writer.add_token_types([3, 3] + [1] * 40)
+    writer.add_token_merges(["t 0"])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    for index in range(20):
+        writer.add_tensor(f"blk.{index}.attn_q.weight", np.ones((8, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("change", [-1, +1, -3])
+def test_a_gguf_with_a_wrong_metadata_count_is_refused(tmp_path, change):
+    import struct
+
+    good = _gguf_with_tensors(tmp_path / "good.gguf")
+    assert cli("inspect", str(good)).code == 0
+    blob = bytearray(good.read_bytes())
+    (kv_count,) = struct.unpack_from("<Q", blob, 16)
+    struct.pack_into("<Q", blob, 16, kv_count + change)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(blob))
+    result = cli("inspect", str(bad))
+    assert result.code == 2, result.stdout
+    assert result.stderr.startswith(f"stopdoctor: error: {bad}: ") and len(result.stderr.splitlines()) <= 2
+
+
+@pytest.mark.parametrize("where", ["inside the tensor table", "inside the tensor data"])
+def test_a_gguf_cut_inside_its_tensors_is_refused(tmp_path, where):
+    good = _gguf_with_tensors(tmp_path / "good.gguf")
+    blob = good.read_bytes()
+    cut = blob.index(b"blk.10.attn_q.weight") if where == "inside the tensor table" else len(blob) - 100
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(blob[:cut])
+    result = cli("inspect", str(bad))
+    assert result.code == 2, result.stdout
+    assert "truncated GGUF file" in result.stderr
