@@ -370,9 +370,14 @@ class LocalEngine:
             converted = converted_gguf_folder(gguf)
             if (converted / "config.json").is_file():
                 progress(f"loading {gguf.name} (converted once, cached in {converted.parent})…")
-                target: str = str(converted)
-                kwargs["use_safetensors"] = True
-            else:
+                try:
+                    model = _load_quietly(source, AutoModelForCausalLM, str(converted),
+                                          dict(kwargs, use_safetensors=True), progress, None)
+                except Exception:  # noqa: BLE001 - our own cache entry is damaged (a full disk): convert again
+                    import shutil
+
+                    shutil.rmtree(converted, ignore_errors=True)
+            if model is None:
                 # transformers de-quantises every tensor into float32 (exact); that copy is kept
                 # so the next run loads it in seconds instead of converting again.
                 model = _load_quietly(source, AutoModelForCausalLM, str(gguf.parent),
@@ -384,7 +389,6 @@ class LocalEngine:
             kwargs["use_safetensors"] = _weights_format(source, allow_pickle)
             if source.revision:
                 kwargs["revision"] = source.revision
-        if model is None:
             model = _load_quietly(source, AutoModelForCausalLM, target, kwargs, progress, None)
         model.to(device)
         model.eval()

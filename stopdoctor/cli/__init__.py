@@ -19,6 +19,7 @@ from typer.core import TyperCommand
 from .. import __version__
 from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError, shorten
 
+
 class Command(TyperCommand):
     """Usage lines as people write them: `stopdoctor inspect [OPTIONS] MODEL` (typer writes a
     required argument as `{model}`, which reads like a template placeholder or a set)."""
