@@ -155,6 +155,9 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, prefix: str)
 
 def _model_spec(spec: str, folder: Path) -> str:
     # Relative to the config file when it names something there; otherwise a hub id (org/name).
+    if not spec.strip():  # "" would name the config's own folder
+        raise InputError(f"{folder}: an empty model path in the stopdoctor configuration",
+                         hint="name a model folder, a .gguf file or a hub id")
     local = folder / Path(spec).expanduser()
     return str(local) if local.exists() else spec
 

@@ -413,3 +413,12 @@ def test_a_gguf_cut_inside_its_tensors_is_refused(tmp_path, where):
     result = cli("inspect", str(bad))
     assert result.code == 2, result.stdout
     assert "truncated GGUF file" in result.stderr
+
+
+def test_an_empty_model_path_in_the_config_is_an_error(tmp_path, monkeypatch):
+    shutil.copytree(EXAMPLE, tmp_path, dirs_exist_ok=True)  # the config's folder IS a model
+    (tmp_path / "stopdoctor.toml").write_text('models = [""]\n')
+    monkeypatch.chdir(tmp_path)
+    result = cli("check")
+    assert result.code == 2 and "empty model path" in result.stderr
+    assert cli("check", "", "--config", str(tmp_path / "stopdoctor.toml")).code == 2
