@@ -53,10 +53,7 @@ def resolve(spec: str, revision: str | None = None) -> ModelSource:
             # "models/my-finetun": its folder is here, so this is a path with a typo, not a hub id.
             raise InputError(f"{spec}: no such folder or file in {path.parent}/", hint=_near(path))
         return _hub(spec, revision)
-    raise InputError(
-        f"{spec}: no such folder or file, and not a hub id of the form org/name",
-        hint="pass a local model folder, a .gguf file, or a Hugging Face hub id",
-    )
+    raise InputError(f"{spec}: no such folder or file, and not a hub id of the form org/name", hint=_near(path))
 
 
 def _near(path: Path) -> str:

@@ -100,6 +100,8 @@ def test_a_path_typo_under_an_existing_folder_is_no_such_folder(tmp_path, monkey
     assert result.code == 2
     assert result.stderr.splitlines() == ["stopdoctor: error: models/my-finetun: no such folder or file in models/",
                                           "hint: did you mean models/my-finetune?"]
+    dotted = cli("inspect", "./models/my-finetun")
+    assert dotted.code == 2 and dotted.stderr.splitlines()[1] == "hint: did you mean models/my-finetune?"
     hub_like = cli("inspect", "model/my-finetune")  # neither a folder here nor a cached hub model
     assert hub_like.code == 2 and "no such local folder" in hub_like.stderr
 
