@@ -1,9 +1,9 @@
 """`stopdoctor generate`: run a model (locally with transformers, or through an OpenAI-compatible
 server), stop as the chosen runtime would, and say why it stopped or why it did not.
 
-Exit codes: 0 it stopped (eos, stop id, stop string) or ran to the budget with no sign of a
-runaway; 1 it ran to the budget after a turn-ending token or with a hallucinated turn; 2 bad input
-or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
+Exit codes: 0 it stopped in time (eos, stop id, stop string) or ran to the budget with no sign of
+a runaway; 1 it wrote the next turn itself (even if a later token stopped it), or ran to the budget
+after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
 """
 
 from __future__ import annotations
