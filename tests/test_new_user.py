@@ -424,3 +424,20 @@ def test_an_empty_model_path_in_the_config_is_an_error(tmp_path, monkeypatch):
     result = cli("check")
     assert result.code == 2 and "empty model path" in result.stderr
     assert cli("check", "", "--config", str(tmp_path / "stopdoctor.toml")).code == 2
+
+
+def test_long_work_keeps_saying_it_is_alive(monkeypatch, capsys):
+    import re
+    import time
+
+    from stopdoctor.cli import working
+
+    monkeypatch.setattr(working, "FIRST", 0.05)
+    monkeypatch.setattr(working, "HEARTBEAT", 0.2)
+    with working("reading m.gguf…") as status:
+        time.sleep(0.5)
+        status.update("converting m.gguf: 1/2 tensors…")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "stopdoctor: reading m.gguf…"
+    assert re.fullmatch(r"stopdoctor: still reading m\.gguf \(\d+ s\)", lines[1]), lines
+    assert lines[-1] == "stopdoctor: converting m.gguf: 1/2 tensors…"

@@ -119,12 +119,18 @@ def say(message: str) -> None:
 
 class working:
     """Progress on stderr for anything that may take more than a second: a spinner on a
-    terminal; elsewhere one plain line, printed only if the work is still running after 1 s."""
+    terminal; elsewhere one plain line, printed only if the work is still running after 1 s,
+    then a line every `HEARTBEAT` seconds while it runs on (a GGUF's first conversion takes
+    minutes on a busy CPU: silence would look like a hang)."""
+
+    FIRST = 1.0
+    HEARTBEAT = 30.0
 
     def __init__(self, message: str) -> None:
         self.message = message
         self._status = None
-        self._timer = None
+        self._thread = None
+        self._done = None
 
     def __enter__(self) -> working:
         if sys.stderr.isatty():
@@ -135,10 +141,20 @@ class working:
         else:
             import threading
 
-            self._timer = threading.Timer(1.0, say, [f"stopdoctor: {self.message}"])
-            self._timer.daemon = True
-            self._timer.start()
+            self._done = threading.Event()
+            self._thread = threading.Thread(target=self._plain_lines, daemon=True)
+            self._thread.start()
         return self
+
+    def _plain_lines(self) -> None:
+        import time
+
+        started = time.monotonic()
+        if self._done.wait(self.FIRST):
+            return
+        say(f"stopdoctor: {self.message}")
+        while not self._done.wait(self.HEARTBEAT):
+            say(f"stopdoctor: still {self.message.rstrip('…')} ({time.monotonic() - started:.0f} s)")
 
     def update(self, message: str) -> None:
         """A new stage of long work: the spinner's text on a terminal, else one line each."""
@@ -146,18 +162,14 @@ class working:
         if self._status is not None:
             self._status.update(message)
         else:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer.join()
-                self._timer = None
             say(f"stopdoctor: {message}")
 
     def __exit__(self, *exc_info) -> None:
         if self._status is not None:
             self._status.stop()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer.join()  # a line being written finishes before an error line follows
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()  # a line being written finishes before an error line follows
 
 
 def handles_errors(command: F) -> F:
