@@ -125,7 +125,7 @@ def _settings_from_table(table: dict[str, Any], path: Path, prefix: str) -> Sett
             _expectation(entry, path, where(key)),
         ))
     settings = Settings(
-        models=tuple(models),
+        models=merge_models(models),
         serving=tuple(folder / s for s in _strings(table.get("serving", []), where("serving"))),
         select=tuple(_strings(table.get("select", []), where("select"))),
         ignore=tuple(_strings(table.get("ignore", []), where("ignore"))),
@@ -155,6 +155,9 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, prefix: str)
 
 def _model_spec(spec: str, folder: Path) -> str:
     # Relative to the config file when it names something there; otherwise a hub id (org/name).
+    if not spec.strip():  # "" would name the config's own folder
+        raise InputError(f"{folder}: an empty model path in the stopdoctor configuration",
+                         hint="name a model folder, a .gguf file or a hub id")
     local = folder / Path(spec).expanduser()
     return str(local) if local.exists() else spec
 
@@ -222,7 +225,7 @@ def from_environment(settings: Settings, environ: Mapping[str, str]) -> Settings
 
     changes: dict[str, Any] = {}
     if (models := items("MODELS")) is not None:
-        changes["models"] = tuple(_entry_for(spec, settings) for spec in models)
+        changes["models"] = merge_models(_entry_for(spec, settings) for spec in models)
     if (serving := items("SERVING")) is not None:
         changes["serving"] = tuple(Path(s) for s in serving)
     for name, key in (("SELECT", "select"), ("IGNORE", "ignore")):
@@ -253,7 +256,7 @@ def with_flags(settings: Settings, *, models: list[str] | None = None, revision:
     changes: dict[str, Any] = {}
     if models:
         entries = [_entry_for(spec, settings) for spec in models]
-        changes["models"] = tuple(dataclasses.replace(e, revision=revision) if revision else e for e in entries)
+        changes["models"] = merge_models(dataclasses.replace(e, revision=revision) if revision else e for e in entries)
     if serving:
         changes["serving"] = tuple(Path(s) for s in serving)
     if fail_on is not None:
@@ -274,12 +277,40 @@ def _split(values: list[str]) -> list[str]:
 
 
 def _entry_for(spec: str, settings: Settings) -> ModelEntry:
-    """The configured entry for `spec` when it names the same model, else a bare one."""
+    """The configured entry for `spec` when it names the same model (its expectation and serving
+    files included), else a bare one."""
     wanted = _same_model_key(spec)
     for entry in settings.models:
         if _same_model_key(entry.spec) == wanted:
             return dataclasses.replace(entry, spec=spec)
     return ModelEntry(spec)
+
+
+def merge_models(entries) -> tuple[ModelEntry, ...]:
+    """One entry per model (same resolved path, or same hub id and revision), in first-seen order:
+    a model listed in `models = [...]` and again in `[[model]]` is checked once, with the
+    expectation and serving files of both (the later expectation's keys win)."""
+    merged: dict[tuple[str, str | None], ModelEntry] = {}
+    for entry in entries:
+        key = (_same_model_key(entry.spec), entry.revision)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = entry
+            continue
+        merged[key] = dataclasses.replace(
+            seen,
+            serving=tuple(dict.fromkeys((*seen.serving, *entry.serving))),
+            expectation=_merge_expectations(seen.expectation, entry.expectation),
+        )
+    return tuple(merged.values())
+
+
+def _merge_expectations(first: Expectation | None, second: Expectation | None) -> Expectation | None:
+    if first is None or second is None:
+        return first or second
+    return dataclasses.replace(first, kind=second.kind or first.kind,
+                               end_of_turn=second.end_of_turn or first.end_of_turn,
+                               stops=second.stops or first.stops)
 
 
 def _same_model_key(spec: str) -> str:
@@ -373,6 +404,7 @@ class ModelCheck:
     serving: tuple[Path, ...] = ()
     error: StopdoctorError | None = None
     failed_target: str | None = None  # what could not be read: the model or a serving file
+    live: Any = None  # generate.FragmentVerdict of the --live probe, None when it did not run
 
     @property
     def error_line(self) -> str | None:
@@ -445,9 +477,11 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
             outcomes.append(ModelCheck(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
             continue
         findings = list(result.findings)
+        probe = None
         if live:
             try:
-                findings.extend(live_findings(result, entry.expectation))
+                probe = live_probe(result)
+                findings.extend(live_findings(result, entry.expectation, probe))
             except StopdoctorError as error:
                 outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
                                            error=error, failed_target=f"{entry.spec} (live probe)"))
@@ -457,11 +491,11 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
                 findings.extend(_serving_findings(result.analysis, path, serving_cache))
             except StopdoctorError as error:
                 outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
-                                           error=error, failed_target=str(path)))
+                                           error=error, failed_target=str(path), live=probe))
                 break
         else:
-            codes = checks_run(settings, bool(serving_files), entry.expectation is not None)
-            outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), codes, serving_files))
+            codes = checks_run(settings, bool(serving_files), entry.expectation is not None or live)
+            outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), codes, serving_files, live=probe))
     levels = {code: severity_of(settings, check) or check.severity for code, check in REGISTRY.items()}
     return GateReport(outcomes, settings.fail_on, settings.config_file, levels)
 
@@ -483,14 +517,20 @@ def require_live() -> None:
     require_torch()
 
 
-def live_findings(result: Any, expectation: Expectation | None) -> list[Finding]:
-    """Run the fragment probe (does the model answer and end its turn, or continue text?). Its
-    verdict is held against the expected kind (SD501); without one, against the static verdict
-    only when that was sure, since a mismatch there means the files describe another model."""
+def live_probe(result: Any) -> Any:
+    """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
+    model's weights: a `generate.FragmentVerdict`."""
     from .generate import LocalEngine, ModelContext, fragment_test
 
-    context = ModelContext(result.facts, result.analysis)
-    verdict = fragment_test(context, LocalEngine.load(result.facts))
+    return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
+
+
+def live_findings(result: Any, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
+    """The fragment probe's verdict held against the expected kind (SD501); without one, against
+    the static verdict only when that was sure, since a mismatch there means the files describe
+    another model. `verdict`: the probe already run (else it runs here)."""
+    if verdict is None:
+        verdict = live_probe(result)
     check = REGISTRY["SD501"]
     wanted = expectation.kind if expectation and expectation.kind else None
     static = result.analysis.verdict.kind if result.analysis.verdict else "unknown"

@@ -291,7 +291,11 @@ def _headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> Hal
 
 
 def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:
-    """0 when it stopped; 1 when it ran to the budget showing runaway signs; 0 for a plain length."""
+    """1 on a runaway: the model wrote the next turn itself (even when something later stopped it),
+    or it ran to the budget after a token that should have ended its turn. 0 when it stopped in
+    time (a stop string that cut the next turn off did its job), and for a plain length."""
+    if diagnosis.hallucinated_turn is not None:
+        return EXIT_FINDINGS
     if generation.finish_reason == FINISH_LENGTH and diagnosis.runaway_signs:
         return EXIT_FINDINGS
     return EXIT_OK

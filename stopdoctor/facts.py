@@ -167,7 +167,8 @@ def load_facts(source: ModelSource) -> ModelFacts:
         if name in source.files:
             document = load_json(source.files[name], name)
             if not isinstance(document, dict):
-                raise InputError(f"{name}: expected a JSON object, found {type(document).__name__}")
+                raise InputError(f"{name}: expected a JSON object {{…}}, found {_shape(document)}",
+                                 hint="runtimes fail to load this file too")
             facts.documents[name] = document
     _read_vocab(facts)
     _read_ids(facts)
@@ -261,17 +262,32 @@ def _read_templates(facts: ModelFacts) -> None:
         facts.templates.append(ChatTemplate("default", value, location))
     elif isinstance(value, list):
         for index, entry in enumerate(value):
-            if isinstance(entry, dict) and isinstance(entry.get("template"), str):
-                name = str(entry.get("name") or f"template-{index}")
-                facts.templates.append(ChatTemplate(name, entry["template"], Location(location.file, f"chat_template[{index}]")))
+            # transformers reads each entry as entry["name"], entry["template"]: anything else makes
+            # it fail to load the tokenizer, so it must not pass here as "no chat template".
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("template"), str)):
+                raise InputError(f"tokenizer_config.json: chat_template[{index}] is not a {{\"name\": …, \"template\": …}} "
+                                 f"object of two strings (found {_shape(entry)})",
+                                 hint="transformers cannot load this tokenizer either; fix the entry or use a single template string")
+            facts.templates.append(ChatTemplate(entry["name"], entry["template"], Location(location.file, f"chat_template[{index}]")))
     elif value is not None:
         raise InputError("tokenizer_config.json: chat_template must be a string or a list of {name, template}")
     processor = facts.documents.get("chat_template.json", {}).get("chat_template")
+    if processor is not None and not isinstance(processor, str):
+        raise InputError(f"chat_template.json: chat_template must be a string (found {_shape(processor)})")
     if isinstance(processor, str):
         facts.templates.append(ChatTemplate("default", processor, Location("chat_template.json", "chat_template")))
     for name, path in files.items():
         if name.startswith("additional_chat_templates/"):
             facts.templates.append(ChatTemplate(Path(name).stem, load_text(path, name), Location(name)))
+
+
+def _shape(value: object) -> str:
+    """What a JSON value is, in a few words, for an error line (never the value itself: it may be huge)."""
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:4])
+        return f"an object with keys {keys}" if value else "an empty object"
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _read_hints(facts: ModelFacts) -> None:

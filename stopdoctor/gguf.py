@@ -114,6 +114,15 @@ _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key/value cou
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _ARRAY_HEAD = struct.Struct("<IQ")  # element type, element count
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_TENSOR_NAME = 4096  # llama.cpp's names are under 64 bytes (GGML_MAX_NAME); a corrupt one is not
+# ggml type -> (elements per block, bytes per block) for the common types (ggml.c type_traits);
+# data of a type not listed is only checked to start inside the file.
+_TYPE_SIZES: dict[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
+}
 _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
 _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once, bigger ones on first use
 _SEPARATOR = "\x00" * 8  # see _decode_strings
@@ -369,7 +378,50 @@ class _Parser:
             metadata[key] = self.value(self.u32("a value type"), depth=0)
         self.key = "the tensor table"
         self.need(tensor_count * 24, f"the table of {tensor_count} tensors")
+        self.tensor_table(tensor_count, kv_count, metadata)
         return GGUFHeader(self.path, version, tensor_count, MappingProxyType(metadata))
+
+    def tensor_table(self, tensor_count: int, kv_count: int, metadata: Mapping[str, Any]) -> None:
+        """Walk the tensor table (name, dimensions, type, offset) and check each tensor's data lies
+        inside the file. llama.cpp refuses a file whose table does not parse or whose data is cut
+        short; a wrong metadata count shows here too, as the table starts at the wrong byte."""
+        miscounted = f"; the header's metadata count ({kv_count}) may be wrong"
+        tensors: list[tuple[str, int, int, int]] = []  # name, type, offset, element count
+        for index in range(tensor_count):
+            self.key = f"tensor {index} of the tensor table"
+            start = self.pos
+            self.need(8, "a tensor name length")
+            (length,) = _U64.unpack_from(self.buffer, self.pos)
+            if length > _MAX_TENSOR_NAME:
+                raise self.fail(f"corrupt GGUF tensor table: a tensor name of {length} bytes{miscounted}")
+            name = self.string(strict=False, what="a tensor name")
+            dims = self.u32("a dimension count")
+            if not 1 <= dims <= _MAX_DIMS:
+                self.pos = start
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has {dims} dimensions "
+                                f"(at most {_MAX_DIMS}){miscounted}")
+            self.need(8 * dims + 12, "a tensor's shape, type and offset")
+            shape = np.frombuffer(self.buffer, dtype="<u8", count=dims, offset=self.pos)
+            self.pos += 8 * dims
+            tensor_type = self.u32("a tensor type")
+            self.need(8, "a tensor offset")
+            (offset,) = _U64.unpack_from(self.buffer, self.pos)
+            self.pos += 8
+            elements = 1
+            for extent in shape.tolist():
+                elements *= extent
+            tensors.append((name, tensor_type, offset, elements))
+        alignment = metadata.get(Keys.ALIGNMENT, 32)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
+        data_start = -(-self.pos // alignment) * alignment
+        for name, tensor_type, offset, elements in tensors:
+            self.key = f"tensor {name[:40]!r}"
+            block = _TYPE_SIZES.get(tensor_type)
+            nbytes = 0 if block is None else -(-elements // block[0]) * block[1]
+            if data_start + offset + nbytes > self.size:
+                raise self.fail(f"truncated GGUF file: the data of tensor {name[:40]!r} runs past the end of the file "
+                                f"(needs byte {data_start + offset + nbytes}, the file has {self.size})")
 
     def u32(self, what: str) -> int:
         self.need(4, what)

@@ -168,18 +168,28 @@ def _recommend(
             f"{shown}{more}."
         )
     if special_id is None and (misses or false_positives):
+        # A stop string is suggested only when it measures better than `stop` on the same
+        # contexts and the same answers: no more misses, no more false hits, and fewer of one.
+        def measured_better(candidate: str) -> tuple[int, int] | None:
+            candidate_misses = misses_of(candidate)
+            candidate_hits = len(_find_false_positives(candidate, corpus))
+            if candidate_misses <= misses and candidate_hits <= len(false_positives) and \
+                    (candidate_misses, candidate_hits) != (misses, len(false_positives)):
+                return candidate_misses, candidate_hits
+            return None
+
         # Anchoring to a line start keeps role labels quoted mid-line from matching, and a single
         # leading newline tokenizes the same after text that ends in one (two newlines merge).
         anchored = "\n" + stop.lstrip("\n")
-        if anchored.strip() and anchored != stop:
+        if anchored.strip() and anchored != stop and (better := measured_better(anchored)):
             recs.append(
-                f"Anchor it to a line start: {anchored!r} (id match misses in {misses_of(anchored)} of "
-                f"{n_contexts} contexts; {len(_find_false_positives(anchored, corpus))} hit(s) in the sample answers)."
+                f"Anchor it to a line start: {anchored!r} (id match misses in {better[0]} of "
+                f"{n_contexts} contexts; {better[1]} hit(s) in the sample answers)."
             )
-        if user_header:
+        if user_header and user_header != stop and (better := measured_better(user_header)):
             recs.append(
                 f"If the model is writing the next user turn, stop on the template's user header {user_header!r} "
-                f"({len(_find_false_positives(user_header, corpus))} hit(s) in the sample answers)."
+                f"(id match misses in {better[0]} of {n_contexts} contexts; {better[1]} hit(s) in the sample answers)."
             )
     return recs
 

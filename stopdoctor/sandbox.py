@@ -478,6 +478,14 @@ def _convert(exc: BaseException) -> TemplateError:
             "fix the Jinja syntax of the chat template",
             line,
         )
+    if isinstance(exc, SyntaxError):
+        # Python's, compiling the code jinja generated (blocks nested past Python's limit): its
+        # line number is the generated code's, which means nothing in the template.
+        return TemplateLimitError(
+            f"chat template nests its blocks too deeply to compile: {_one_line(exc.msg)}",
+            "no real chat template nests so deeply; do not use it",
+            None,
+        )
     if isinstance(exc, jinja2.exceptions.SecurityError):
         return TemplateLimitError(
             _with_line(f"chat template broke the sandbox: {_one_line(exc)}", line),

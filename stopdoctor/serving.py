@@ -94,6 +94,11 @@ def _read(path: Path) -> str:
 def guess_kind(path: Path, text: str) -> str:
     name = path.name.lower()
     stripped = text.lstrip()
+    if name.endswith((".jinja", ".jinja2", ".j2")) or stripped.startswith(("{%", "{{", "{#")):
+        # A template starts with "{" too: reading it as request JSON would say "invalid JSON".
+        raise InputError(f"{path}: is a Jinja chat template, not a serving configuration",
+                         hint="compare it with `stopdoctor render MODEL --compare FILE`; --serving takes a vLLM command "
+                              "or YAML, an Ollama Modelfile, a llama.cpp command, or an OpenAI request body (JSON)")
     if name.endswith(".json") or stripped.startswith("{"):
         return "request"
     if name.startswith("modelfile") or name.endswith(".modelfile") or re.search(r"(?im)^\s*FROM\s+\S", text):

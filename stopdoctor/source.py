@@ -32,6 +32,10 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]
 
 
 def resolve(spec: str, revision: str | None = None) -> ModelSource:
+    if not spec.strip():
+        # Path("") is the current folder: an empty argument (an unset shell variable) must not
+        # inspect whatever folder the command runs in.
+        raise InputError("empty model argument", hint="pass a local model folder, a .gguf file, or a hub id org/name")
     path = Path(spec).expanduser()
     if path.is_dir():
         return _folder(spec, path, "folder")
@@ -45,11 +49,21 @@ def resolve(spec: str, revision: str | None = None) -> ModelSource:
     if path.exists():
         raise InputError(f"{spec}: is neither a folder nor a file")
     if HUB_ID.match(spec) and not spec.startswith((".", "/")):
+        if path.parent.is_dir():
+            # "models/my-finetun": its folder is here, so this is a path with a typo, not a hub id.
+            raise InputError(f"{spec}: no such folder or file in {path.parent}/", hint=_near(path))
         return _hub(spec, revision)
-    raise InputError(
-        f"{spec}: no such folder or file, and not a hub id of the form org/name",
-        hint="pass a local model folder, a .gguf file, or a Hugging Face hub id",
-    )
+    raise InputError(f"{spec}: no such folder or file, and not a hub id of the form org/name", hint=_near(path))
+
+
+def _near(path: Path) -> str:
+    import difflib
+
+    names = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(str(path.parent / name) for name in close) + "?"
+    return "pass a local model folder, a .gguf file, or a Hugging Face hub id"
 
 
 def _has_gguf_magic(path: Path) -> bool:
@@ -91,16 +105,16 @@ def _hub(repo_id: str, revision: str | None) -> ModelSource:
         local = snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
     except LocalEntryNotFoundError as exc:
         raise InputError(
-            f"{repo_id}: not in the local Hugging Face cache and the hub cannot be reached"
+            f"{repo_id}: no such local folder, and not in the local Hugging Face cache; the hub cannot be reached"
             f"{' (HF_HUB_OFFLINE is set)' if _offline() else ''}",
-            hint="download it once with network access, or pass a local folder",
+            hint="check the path for a typo; or download the hub model once with network access",
         ) from exc
     except GatedRepoError as exc:
         raise InputError(f"{repo_id}: gated repository; log in with `hf auth login` and accept its terms") from exc
     except RevisionNotFoundError as exc:
         raise InputError(f"{repo_id}: revision {revision!r} not found") from exc
     except RepositoryNotFoundError as exc:
-        raise InputError(f"{repo_id}: no such model on the hub (or it is private)") from exc
+        raise InputError(f"{repo_id}: no such local folder, and no such model on the hub (or it is private)") from exc
     except OSError as exc:
         raise InputError(f"{repo_id}: could not be fetched: {exc}") from exc
     return _folder(repo_id, Path(local), "hub", revision)

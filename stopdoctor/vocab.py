@@ -163,6 +163,24 @@ def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
     return tokenizer
 
 
+def _tokenizer_file_error(path: Path, exc: BaseException) -> InputError:
+    """A syntax error says where the JSON breaks; valid JSON of the wrong shape (a missing `model`,
+    a list) says so, without the parser's line and column, which point at nothing to fix."""
+    import json
+    import re
+
+    reason = _first_line(exc)
+    try:
+        with path.open("rb") as handle:
+            json.loads(handle.read().decode("utf-8-sig"))
+    except (OSError, ValueError, RecursionError):
+        return InputError(f"tokenizer.json: cannot be loaded by the tokenizers library: {reason}",
+                          hint="runtimes fail to load this file too; fix the JSON syntax")
+    reason = re.sub(r" at line \d+ column \d+$", "", reason)
+    return InputError(f"tokenizer.json: valid JSON, but not a tokenizer the tokenizers library reads: {reason}",
+                      hint="transformers fails on it too; save the tokenizer again with tokenizer.save_pretrained()")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -187,7 +205,7 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     try:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises plain Exception subclasses
-        raise InputError(f"tokenizer.json: cannot be loaded by the tokenizers library: {_first_line(exc)}") from exc
+        raise _tokenizer_file_error(path, exc) from exc
     vocab.tokenizer_file = path
     vocab._tokenizer = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
     vocab.complete = True

@@ -3,7 +3,9 @@ sys.path for `fixtures`, synthetic model folders built once per session, the rea
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +24,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("NO_COLOR", None)
 os.environ["STOPDOCTOR_CACHE"] = tempfile.mkdtemp(prefix="stopdoctor-cache-")
+TEMP_FOLDERS = (_HF_HOME, os.environ["STOPDOCTOR_CACHE"])
+# Removed when the test process ends (pytest's own tmp_path folders are kept only for failures).
+for _folder in TEMP_FOLDERS:
+    atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 
 pytest_plugins = ["tests.realmodels_fixture"]
 

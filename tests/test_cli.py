@@ -39,7 +39,7 @@ def test_rules_lists_and_explains():
     detail = cli("rules", "end-of-turn-not-a-stop-id")
     assert detail.code == 0
     assert "SD101 end-of-turn-not-a-stop-id" in detail.stdout and "Why it matters" in detail.stdout
-    assert cli("rules", "--json", "SD104").json()[0]["name"] == "pad-is-eos"
+    assert cli("rules", "--json", "SD104").json()["rules"][0]["name"] == "pad-is-eos"
 
 
 def test_colour_only_when_asked(synth_root):

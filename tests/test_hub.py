@@ -44,8 +44,8 @@ def test_hub_id_not_cached_offline_is_one_line_exit_2():
     run = cli("inspect", "nobody-here/not-cached")
     assert run.code == 2
     first = run.stderr.splitlines()[0]
-    assert first == ("stopdoctor: error: nobody-here/not-cached: not in the local Hugging Face cache and "
-                     "the hub cannot be reached (HF_HUB_OFFLINE is set)")
+    assert first == ("stopdoctor: error: nobody-here/not-cached: no such local folder, and not in the local "
+                     "Hugging Face cache; the hub cannot be reached (HF_HUB_OFFLINE is set)")
 
 
 def test_never_downloads_weights_patterns():

@@ -16,18 +16,49 @@ from typing import Annotated, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError
+from .. import __version__
+from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError, shorten
 
-app = typer.Typer(
+
+class Command(TyperCommand):
+    """Usage lines as people write them: `stopdoctor inspect [OPTIONS] MODEL` (typer writes a
+    required argument as `{model}`, which reads like a template placeholder or a set)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:  # type: ignore[override]
+        return [piece[1:-1] if piece.startswith("{") and piece.endswith("}") else piece
+                for piece in super().collect_usage_pieces(ctx)]
+
+
+class _Typer(typer.Typer):
+    def command(self, *args, cls=None, **kwargs):  # type: ignore[override]
+        return super().command(*args, cls=cls or Command, **kwargs)
+
+
+app = _Typer(
     name="stopdoctor",
     help="Diagnose LLM generation that never stops (runaway) or stops too early (truncated).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-ModelArg = Annotated[str, typer.Argument(help="Model folder, hub id (org/name) or .gguf file.", show_default=False)]
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"stopdoctor {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Diagnose LLM generation that never stops (runaway) or stops too early (truncated)."""
+
+
+ModelArg = Annotated[str, typer.Argument(help="Model folder, hub id (org/name) or .gguf file.", metavar="MODEL",
+                                         show_default=False)]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Hub revision (branch, tag or commit).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ColorOpt = Annotated[bool | None, typer.Option("--color/--no-color", help="Force colour on or off (default: auto; NO_COLOR is honoured).")]
@@ -45,7 +76,7 @@ _PAIR_SEPARATOR = "\x00"
 _MESSAGE_FLAGS = ("-m", "--message")
 
 
-class MessagePairCommand(TyperCommand):
+class MessagePairCommand(Command):
     def parse_args(self, ctx, args: list[str]) -> list[str]:  # type: ignore[override]
         joined: list[str] = []
         i = 0
@@ -77,19 +108,29 @@ def message_pairs(values: list[str]) -> list[tuple[str, str]]:
 
 def say(message: str) -> None:
     """Talk (progress, hints) goes to stderr; stdout carries data. One write per line, so lines
-    from the progress timer and the command never interleave."""
-    sys.stderr.write(message + "\n")
+    from the progress timer and the command never interleave. Control characters (a template's
+    escape sequences in an error) are shown as escapes, and a line is never longer than a screenful."""
+    from ..errors import shorten
+    from ..render.console import printable
+
+    sys.stderr.write(printable(shorten(message, 4000)) + "\n")
     sys.stderr.flush()
 
 
 class working:
     """Progress on stderr for anything that may take more than a second: a spinner on a
-    terminal; elsewhere one plain line, printed only if the work is still running after 1 s."""
+    terminal; elsewhere one plain line, printed only if the work is still running after 1 s,
+    then a line every `HEARTBEAT` seconds while it runs on (a GGUF's first conversion takes
+    minutes on a busy CPU: silence would look like a hang)."""
+
+    FIRST = 1.0
+    HEARTBEAT = 30.0
 
     def __init__(self, message: str) -> None:
         self.message = message
         self._status = None
-        self._timer = None
+        self._thread = None
+        self._done = None
 
     def __enter__(self) -> working:
         if sys.stderr.isatty():
@@ -100,17 +141,35 @@ class working:
         else:
             import threading
 
-            self._timer = threading.Timer(1.0, say, [f"stopdoctor: {self.message}"])
-            self._timer.daemon = True
-            self._timer.start()
+            self._done = threading.Event()
+            self._thread = threading.Thread(target=self._plain_lines, daemon=True)
+            self._thread.start()
         return self
+
+    def _plain_lines(self) -> None:
+        import time
+
+        started = time.monotonic()
+        if self._done.wait(self.FIRST):
+            return
+        say(f"stopdoctor: {self.message}")
+        while not self._done.wait(self.HEARTBEAT):
+            say(f"stopdoctor: still {self.message.rstrip('…')} ({time.monotonic() - started:.0f} s)")
+
+    def update(self, message: str) -> None:
+        """A new stage of long work: the spinner's text on a terminal, else one line each."""
+        self.message = message
+        if self._status is not None:
+            self._status.update(message)
+        else:
+            say(f"stopdoctor: {message}")
 
     def __exit__(self, *exc_info) -> None:
         if self._status is not None:
             self._status.stop()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer.join()  # a line being written finishes before an error line follows
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()  # a line being written finishes before an error line follows
 
 
 def handles_errors(command: F) -> F:
@@ -131,7 +190,7 @@ def handles_errors(command: F) -> F:
         except Exception as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
             if os.environ.get("STOPDOCTOR_DEBUG"):
                 raise
-            say(f"stopdoctor: internal error: {type(error).__name__}: {error}")
+            say(f"stopdoctor: internal error: {type(error).__name__}: {shorten(str(error))}")
             say("hint: rerun with STOPDOCTOR_DEBUG=1 for the traceback, and report it")
             raise typer.Exit(EXIT_INTERNAL) from None
         raise typer.Exit(code or 0)

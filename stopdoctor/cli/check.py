@@ -16,7 +16,7 @@ import typer
 
 from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
-ModelsArg = Annotated[Optional[List[str]], typer.Argument(
+ModelsArg = Annotated[Optional[List[str]], typer.Argument(metavar="[MODEL]...",
     help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
 ServingOpt = Annotated[Optional[List[str]], typer.Option(
     "--serving", help="Serving configuration deployed with the models (vLLM, Ollama Modelfile, llama.cpp, request); repeatable.",
@@ -28,6 +28,7 @@ CheckFailOnOpt = Annotated[str | None, typer.Option("--fail-on", help="Lowest se
 SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only these checks: codes, prefixes (SD1) or names; repeatable or comma-separated.", show_default=False)]
 IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these checks: codes, prefixes or names.", show_default=False)]
 LiveOpt = Annotated[bool, typer.Option("--live", help="Also run the generate probe (needs torch and the model weights).")]
+CheckJsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one JSON document on stdout.")]
 ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings reach --fail-on (2 and 3 still apply).")]
 
 
@@ -35,10 +36,16 @@ ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when
 @handles_errors
 def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOpt = None, format: FormatOpt = None,
           output: OutputOpt = None, fail_on: CheckFailOnOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
-          revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None) -> int:
+          revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None,
+          json: CheckJsonOpt = False) -> int:
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
     from ..config import load_settings, require_live, run_gate, with_flags
+    from ..errors import InputError
 
+    if json:
+        if format not in (None, "json"):
+            raise InputError(f"--json and --format {format} ask for two formats", hint="pass one of them")
+        format = "json"
     settings = with_flags(load_settings(config=config), models=models, revision=revision, serving=serving,
                           fail_on=fail_on, select=select, ignore=ignore, format=format)
     if settings.config_file is not None:
@@ -92,10 +99,16 @@ def _human(report, color: bool, width: int) -> str:
     for model in report.models:
         if model.result is not None:
             parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
-                                              command="check"))
-        if model.error is not None:
+                                              command="check", unfinished=model.error_line))
+        if model.live is not None:
+            from ..render.generation import render_live_human
+
+            parts.append(render_live_human(model.live, color, width))
+        if model.error is not None and model.result is None:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
-            parts.append(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n")
+            from ..render.console import printable
+
+            parts.append(printable(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n"))
     return "\n".join(parts)
 
 

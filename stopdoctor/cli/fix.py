@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import ModelArg, RevisionOpt, app, emit, handles_errors, say
+from . import JsonOpt, ModelArg, RevisionOpt, app, emit, handles_errors, say
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
 KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]
@@ -21,8 +21,18 @@ WriteOpt = Annotated[bool, typer.Option("--write", help="Write the changes (defa
 @app.command()
 @handles_errors
 def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write: WriteOpt = False,
-        revision: RevisionOpt = None) -> int:
+        revision: RevisionOpt = None, json: JsonOpt = False) -> int:
     """Show the safe fixes for stop defects as a diff; --write applies them."""
+    code, plan, written = _fix(model, serving, kind, write, revision, quiet=json)
+    if json:
+        from ..render.fix_json import render_fix_json
+
+        emit(render_fix_json(model, plan, written, code))
+    return code
+
+
+def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool):
+    """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
     from ..api import inspect_model
     from ..errors import InputError
     from ..fix import plan_fixes
@@ -35,15 +45,16 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
         say(f"no safe fix: {note}")
     if not plan.edits:
         say("nothing to fix")
-        return 0
-    emit(plan.diff())
+        return 0, plan, False
+    if not quiet:
+        emit(plan.diff())
     for edit in plan.edits:
         say(f"{edit.label}: {edit.reason}")
     if not write:
         say("run again with --write to apply")
-        return 1
+        return 1, plan, False
     if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
         raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
     plan.write()
     say(f"wrote {len(plan.edits)} file(s)")
-    return 0
+    return 0, plan, True

@@ -1,9 +1,9 @@
 """`stopdoctor generate`: run a model (locally with transformers, or through an OpenAI-compatible
 server), stop as the chosen runtime would, and say why it stopped or why it did not.
 
-Exit codes: 0 it stopped (eos, stop id, stop string) or ran to the budget with no sign of a
-runaway; 1 it ran to the budget after a turn-ending token or with a hallucinated turn; 2 bad input
-or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
+Exit codes: 0 it stopped in time (eos, stop id, stop string) or ran to the budget with no sign of
+a runaway; 1 it wrote the next turn itself (even if a later token stopped it), or ran to the budget
+after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def generate(
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
     else:
-        with working(f"loading {model} with transformers…"):
-            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle)
+        with working(f"loading {model} with transformers…") as status:
+            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle, progress=status.update)
 
     if fragment_test:
         from ..render.generation import render_fragment_human, render_fragment_json

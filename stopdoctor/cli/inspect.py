@@ -46,7 +46,7 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
 
 @app.command()
 @handles_errors
-def rules(code: Annotated[str | None, typer.Argument(help="A check code (SD101) or name to explain.")] = None,
+def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A check code (SD101) or name to explain.")] = None,
           json: JsonOpt = False, color: ColorOpt = None) -> int:
     """List the checks, or explain one."""
     from ..checks import REGISTRY, find
@@ -62,10 +62,12 @@ def rules(code: Annotated[str | None, typer.Argument(help="A check code (SD101) 
     if json:
         import json as json_module
 
-        emit(json_module.dumps([
+        from ..render.inspect_json import header
+
+        emit(json_module.dumps({**header("stopdoctor.rules/1"), "rules": [
             {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}
             for c in checks
-        ], indent=2) + "\n")
+        ]}, indent=2) + "\n")
     else:
         from ..render.human import render_rules_human
 

@@ -13,7 +13,7 @@ from . import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handl
 @app.command("probe-stop")
 @handles_errors
 def probe_stop(
-    stops: Annotated[list[str] | None, typer.Argument(
+    stops: Annotated[list[str] | None, typer.Argument(metavar="STOP...",
         help="Stop strings to probe; \\n, \\t, \\r and \\\\ are read as escapes.", show_default=False)] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model whose tokenizer to use (folder, hub id or .gguf).",
                                               show_default=False)] = None,

@@ -34,7 +34,18 @@ def _model(model: ModelCheck, base: Path) -> dict[str, Any]:
             "target": model.failed_target, "message": model.error.message, "hint": model.error.hint},
         "findings": findings,
         "summary": summary(model.findings),
+        "live": _live(model.live),
     }
+
+
+def _live(verdict: Any) -> dict[str, Any] | None:
+    """What `--live` ran on the model and what it found; None when it did not run."""
+    if verdict is None:
+        return None
+    from .generation import fragment_document
+
+    document = fragment_document("", verdict)
+    return {key: document[key] for key in ("verdict", "reason", "probes")}
 
 
 def check_document(report: GateReport, base: Path, exit_zero: bool = False) -> dict[str, Any]:

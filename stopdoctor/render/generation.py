@@ -177,10 +177,22 @@ def render_fragment_json(model: str, verdict: FragmentVerdict) -> str:
 def render_fragment_human(model: str, verdict: FragmentVerdict, color: bool = False, width: int = 100) -> str:
     out = capture(color, width)
     out.print(f"[bold]stopdoctor generate --fragment-test[/] {escape(model)}")
+    _fragment_lines(out, verdict)
+    return text_of(out)
+
+
+def render_live_human(verdict: FragmentVerdict, color: bool = False, width: int = 100) -> str:
+    """The `check --live` section under a model's report: the fragment probe it ran, and its verdict."""
+    out = capture(color, width)
+    out.print("[bold]live probe[/] (generate --fragment-test on the weights)")
+    _fragment_lines(out, verdict)
+    return text_of(out)
+
+
+def _fragment_lines(out, verdict: FragmentVerdict) -> None:
     for p in verdict.probes:
         ended = f"ended its turn ({escape(describe_cause(p.generation))})" if p.ended_turn else \
             f"did not end its turn in {len(p.generation.steps)} tokens"
         out.print(f"  {escape(p.name):<14} {escape(json.dumps(p.prompt, ensure_ascii=False))} → {ended}")
         out.print(f"    [dim]│[/] {escape(_visible(p.generation.text[:200]))}", soft_wrap=True)
     out.print(f"  verdict   [bold]{escape(verdict.verdict)}[/]: {escape(verdict.reason)}")
-    return text_of(out)

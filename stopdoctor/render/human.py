@@ -18,7 +18,10 @@ def visible(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
 
 
-def render_inspect_human(result: InspectResult, color: bool = False, width: int = 100, command: str = "inspect") -> str:
+def render_inspect_human(result: InspectResult, color: bool = False, width: int = 100, command: str = "inspect",
+                         unfinished: str | None = None) -> str:
+    """`unfinished`: why the run stopped before every check ran (a serving file that could not be
+    read); the report then never says "No findings.", only what was found before it stopped."""
     out = capture(color, width)
     facts, analysis = result.facts, result.analysis
     out.print(f"[bold]stopdoctor {command}[/] {escape(result.source.spec)}  [dim]({result.source.kind})[/]")
@@ -45,7 +48,9 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
         out.print(f"    {stops.runtime:<12} {parts}{unsure}")
     out.print()
-    if not result.findings:
+    if unfinished is not None:
+        out.print(f"[red]not fully checked:[/] {escape(unfinished)}")
+    elif not result.findings:
         out.print("[green]No findings.[/]")
     for f in result.findings:
         where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
