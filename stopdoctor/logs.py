@@ -34,8 +34,10 @@ from .diagnose import (
     FINISH_LENGTH,
     Diagnosis,
     Generation,
+    HallucinatedTurn,
     StopCause,
     TurnEnder,
+    _headline_turn,
     diagnose,
 )
 from .errors import InputError, MissingDependencyError
@@ -52,6 +54,7 @@ _OPENAI = {
     "finish_reason": (".choices[0].finish_reason",),
     "stop_reason": (".choices[0].stop_reason", ".choices[0].matched_stop"),
     "model": (".model",),
+    "shape:openai-chat": (".choices[0].message.role",),  # a chat answer without text (tool calls)
 }
 _ANY = {
     "text": _OPENAI["text"] + (".message.content", ".generated_text", ".content"),
@@ -59,6 +62,7 @@ _ANY = {
     "stop_reason": _OPENAI["stop_reason"] + (".stopping_word",),
     "model": (".model",),
     "stopped_limit": (".stopped_limit",),  # llama.cpp before stop_type
+    "shape:openai-chat": _OPENAI["shape:openai-chat"],
 }
 _RESPONSE_ROOTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("$.response.body", _OPENAI), ("$.response", _ANY), ("$", _ANY))
@@ -275,12 +279,19 @@ FROM records
 """
 
 
-def _source_sql(path: str) -> str:
+def _source_sql(path: str, con=None) -> str:
     """One row per physical line, numbered from 1 (blank lines kept, so numbers match `sed -n`).
-    A JSON line cannot hold a raw control character, so \\x01 never splits one."""
+    A JSON line cannot hold a raw control character, so \\x01 never splits one. A Parquet row
+    is a line too: its one text column when it has only that (a JSON log stored as text), else
+    the row as a JSON object; rows are numbered from 1."""
     if _is_parquet(path):
-        return (f"(SELECT file_row_number + 1 AS line_no, to_json(p)::VARCHAR AS line "
-                f"FROM read_parquet({_sql_string(path)}, file_row_number = true) AS p)")
+        scan = f"read_parquet({_sql_string(path)}, file_row_number = true)"
+        columns = con.execute(f"DESCRIBE SELECT * FROM read_parquet({_sql_string(path)})").fetchall() if con else []
+        if len(columns) == 1 and columns[0][1] in ("VARCHAR", "JSON"):
+            line = '"' + columns[0][0].replace('"', '""') + '"::VARCHAR'
+        else:
+            line = "to_json(struct_pack(*COLUMNS(* EXCLUDE (file_row_number))))::VARCHAR"
+        return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
     return ("(SELECT ordinality AS line_no, line FROM read_csv("
             f"{_sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = '\x01', quote = '', escape = '', "
             "header = false, auto_detect = false, max_line_size = 268435456, compression = 'auto') "
@@ -435,11 +446,10 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 "turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, "
                 "tail VARCHAR)")
     for index, path in enumerate(paths):
-        query = normalise_sql(_source_sql(path), vocabulary, settings.overrides)
-        sql = f"INSERT INTO rec SELECT {_sql_string(path)} AS file, * FROM ({query})"
         progress = None if on_progress is None else (lambda done, p=path: on_progress(p, done))
         try:
-            _run(con, sql, progress)
+            query = normalise_sql(_source_sql(path, con), vocabulary, settings.overrides)
+            _run(con, f"INSERT INTO rec SELECT {_sql_string(path)} AS file, * FROM ({query})", progress)
         except duckdb.Error as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
@@ -480,12 +490,30 @@ def _excerpt(text: str, offset: int, before: int = 40, after: int = 60) -> str:
     return ("…" if start else "") + text[start:offset + after] + ("…" if offset + after < len(text) else "")
 
 
+# A bare role word is a turn only where a turn could start: at the very start, after a blank
+# line, after another role word, or after a line that ends a sentence or a block. "root\nuser\nguest"
+# (a list) is not a turn; "Paris.\nsystem\n\nuser\n" (ChatML with its specials stripped) is.
+_ENDS_A_BLOCK = re.compile(r"""[.!?…。！？:;)"'”’*`\]>|]\s*$""")
+
+
+def _plausible_turn(text: str, turn: HallucinatedTurn, words: set[str]) -> bool:
+    if turn.source != "role word on its own line":
+        return True
+    before = text[:turn.offset].rstrip(" \t")
+    if not before or before.endswith("\n\n") or not before.endswith("\n"):
+        return True  # start of the text, or after a blank line
+    previous = before[:-1].rsplit("\n", 1)[-1].strip()
+    return not previous or previous in words or bool(_ENDS_A_BLOCK.search(previous))
+
+
 def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnosis:
     """`diagnose` on one logged answer, per template family; the earliest evidence wins.
 
+    Code (fenced or inline) is blanked first, and a bare role word counts only where a turn could
+    start (`_plausible_turn`): precision first, an ordinary answer flagged costs more than a miss.
     Only the families that can tell something are asked: those whose header text occurs, plus one
-    per distinct set of bare role words (a family whose headers do not occur finds exactly what
-    any other family with the same bare words finds)."""
+    per new set of bare role words (a family whose headers do not occur finds exactly what another
+    family with the same bare words finds)."""
     masked = _mask_code(text)
     generation = Generation(finish, StopCause("length" if finish == FINISH_LENGTH else "eos"), masked)
     stop_ids = list(vocabulary.enders)  # every ender is meant to stop: flag only those followed by more text
@@ -496,16 +524,20 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
         if not headers or any(h in masked for h in headers.values()) or not words <= seen_words:
             asked.append((headers, specials))
             seen_words |= words
-    best: Diagnosis | None = None
-    for headers, specials in asked or [(vocabulary.families[0][1], vocabulary.families[0][2])]:
+    if not asked:
+        asked.append((vocabulary.families[0][1], vocabulary.families[0][2]))
+    missed = None
+    turns: dict[int, HallucinatedTurn] = {}
+    weak_allowed = False
+    for headers, specials in asked:
         found = diagnose(generation, vocabulary.enders, stop_ids, headers, specials)
-        if best is None:
-            best = found
-        elif found.hallucinated_turn and (best.hallucinated_turn is None
-                                          or found.hallucinated_turn.offset < best.hallucinated_turn.offset):
-            best = Diagnosis(best.should_have_stopped, None, found.hallucinated_turn, found.turns)
-    assert best is not None
-    return best
+        missed = missed or found.should_have_stopped
+        weak_allowed = weak_allowed or not headers
+        for turn in found.turns:
+            if _plausible_turn(masked, turn, seen_words):
+                turns.setdefault(turn.offset, turn)
+    ordered = tuple(turns[k] for k in sorted(turns))
+    return Diagnosis(missed, None, _headline_turn(ordered, weak_allowed=weak_allowed), ordered)
 
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings) -> LogsReport:
