@@ -295,11 +295,13 @@ PROMPTS = ["What is the capital of France?", "What is the capital of Italy?", "W
 def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_path):  # noqa: F811
     """The server runs the broken-eos SmolLM2 (stops only on <|endoftext|>); the good requests
     carry a generation_config that stops on <|im_end|> too, as a fixed deployment would."""
+    with urllib.request.urlopen(served_broken + "/v1/models", timeout=30) as response:
+        model = json.loads(response.read())["data"][0]["id"]  # the server is pinned to the folder's path
     lines, broken = [], []
-    for i, question in enumerate(PROMPTS * 2):
-        body = {"model": "smollm2-hf-broken-eos", "messages": [{"role": "user", "content": question}],
+    for i, question in enumerate(q for q in PROMPTS for _ in (0, 1)):
+        body = {"model": model, "messages": [{"role": "user", "content": question}],
                 "max_tokens": 40, "temperature": 0}
-        if i % 2:
+        if i % 4 in (1, 2):  # each question once broken, once fixed; broken lines 1, 4, 5, 8
             body["generation_config"] = json.dumps({"eos_token_id": [0, 2], "do_sample": False})
         else:
             broken.append(len(lines) + 1)
