@@ -79,7 +79,7 @@ def hallucinated_turns_in_logs(subject: Any, self: Check):
     end-of-turn token is not a stop id.
 
     Example:
-    `line 6: "Paris.\nsystem\n\nuser\nI'm planning to launch…" (finish_reason length)`
+    `line 6: "Paris.\\nsystem\\n\\nuser\\nI'm planning to launch…" (finish_reason length)`
 
     Fix:
     Run `stopdoctor check MODEL --serving CONFIG` for the model named in the examples and add
@@ -115,7 +115,7 @@ def end_of_turn_text_in_logs(subject: Any, self: Check):
     server ignored it. The rest of the answer is the model talking to itself.
 
     Example:
-    `line 3: "Paris.<|im_end|>\n<|im_start|>user\n…"`
+    `line 3: "Paris.<|im_end|>\\n<|im_start|>user\\n…"`
 
     Fix:
     Add the token to the server's stop ids (vLLM `stop_token_ids`, generation_config.json
