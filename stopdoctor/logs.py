@@ -405,10 +405,15 @@ def _check_inputs(paths: Sequence[str]) -> None:
             raise InputError(f"{path}: no such file")
 
 
+RUNNING_DONE = 99.9  # the most progress reported before the query has returned
+
+
 def _run(con, sql: str, on_progress: Callable[[float], None] | None):
     """Run `sql`; with `on_progress`, in a worker thread while this one reports DuckDB's progress."""
     if on_progress is None:
         return con.execute(sql)
+    con.execute("SET enable_progress_bar = true")  # DuckDB tracks progress only when asked…
+    con.execute("SET enable_progress_bar_print = false")  # …and must not draw its own on stdout
     outcome: dict[str, Any] = {}
 
     def work() -> None:
@@ -426,7 +431,8 @@ def _run(con, sql: str, on_progress: Callable[[float], None] | None):
         except Exception:  # noqa: BLE001 - progress is cosmetic
             done = -1
         if done is not None and done >= 0:
-            on_progress(min(done, 100.0))
+            # DuckDB's figure is its scan's: 100 while the rest of the query still runs.
+            on_progress(min(done, RUNNING_DONE))
     if "error" in outcome:
         raise outcome["error"]
     on_progress(100.0)

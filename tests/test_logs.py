@@ -101,6 +101,16 @@ def test_gzip_and_parquet_give_the_same_report(tmp_path):
     assert analyze_logs([str(structured)]).by_model == {"pq": {"length": 1}}
 
 
+def test_progress_is_reported_per_file_and_ends_at_100(tmp_path):
+    first = write_jsonl(tmp_path / "a.jsonl", [chat("Fine.")] * 50)
+    second = write_jsonl(tmp_path / "b.jsonl", [chat("Cut in the", "length")] * 50)
+    seen: list = []
+    report = analyze_logs([str(first), str(second)], on_progress=lambda path, done: seen.append((path, done)))
+    assert report.finish == {"stop": 50, "length": 50}
+    assert [p for p, done in seen if done == 100.0] == [str(first), str(second)]
+    assert report.problems["budget-truncated"].examples[0].file == str(second)
+
+
 def test_field_overrides_read_a_custom_log(tmp_path):
     path = write_jsonl(tmp_path / "custom.jsonl", [
         {"out": {"txt": RUNAWAY, "why": "MAX_TOKENS"}, "meta": {"llm": "ours-7b", "budget": 32}},

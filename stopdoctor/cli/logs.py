@@ -28,7 +28,8 @@ class _Progress:
 
     def __init__(self, paths: list[str]) -> None:
         self.bar = None
-        self.tasks: dict[str, int] = {}
+        self.task: int | None = None  # the file being read (one at a time, in order)
+        self.finished = True
         sizes = [os.path.getsize(p) if os.path.isfile(p) else PROGRESS_BYTES for p in paths]
         if sys.stderr.isatty() and sum(sizes) >= PROGRESS_BYTES:
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -52,9 +53,18 @@ class _Progress:
         return None if self.bar is None else self.update
 
     def update(self, path: str, percent: float) -> None:
-        if path not in self.tasks:
-            self.tasks[path] = self.bar.add_task(f"reading {os.path.basename(path)}", total=100)
-        self.bar.update(self.tasks[path], completed=percent)
+        from ..logs import RUNNING_DONE
+
+        name = os.path.basename(path)
+        if self.finished:
+            self.task, self.finished = self.bar.add_task(f"reading {name}", total=100), False
+        if percent >= 100:
+            self.bar.update(self.task, total=100, completed=100, description=f"read {name}")
+            self.finished = True
+        elif percent >= RUNNING_DONE:  # read; the analysis is still running: a pulsing bar
+            self.bar.update(self.task, total=None, description=f"analysing {name}")
+        else:
+            self.bar.update(self.task, completed=percent)
 
 
 @app.command()

@@ -20,6 +20,7 @@ from .inspect_json import finding as finding_document
 from .inspect_json import header, summary
 
 FINISH_ORDER = ("stop", "length")
+MAX_LINES = 10_000  # flagged lines listed in JSON per problem; `count` is always the full number
 
 
 def _percent(count: int, total: int) -> str:
@@ -107,6 +108,11 @@ def _example(example: Any) -> dict[str, Any]:
             "finish_reason": example.finish_reason, "excerpt": example.excerpt, "detail": example.detail}
 
 
+def _lines(flagged) -> dict[str, Any]:
+    return {"lines": [{"file": f, "line": n} for f, n in flagged[:MAX_LINES]],
+            "lines_truncated": len(flagged) > MAX_LINES}
+
+
 def logs_document(result: LogsResult, fail_on: Severity = Severity.ERROR) -> dict[str, Any]:
     report = result.report
     return {
@@ -125,8 +131,7 @@ def logs_document(result: LogsResult, fail_on: Severity = Severity.ERROR) -> dic
         "stop_reason": report.stop_reasons,
         "problems": {key: {"description": p.description, "count": p.count, "share": p.share,
                            "by_model": p.by_model, "examples": [_example(e) for e in p.examples],
-                           **({"lines": [{"file": f, "line": n} for f, n in report.flagged[key]]}
-                              if key in report.flagged else {})}
+                           **(_lines(report.flagged[key]) if key in report.flagged else {})}
                      for key, p in report.problems.items()},
         "thresholds": {"max_length_share": report.settings.max_length_share,
                        "max_turn_share": report.settings.max_turn_share},
