@@ -74,7 +74,7 @@ _REQUEST_ROOTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
 OVERRIDABLE = ("text", "finish_reason", "stop_reason", "model", "max_tokens")
 # Which text path was found says the shape.
 _SHAPE_OF_TEXT = {".choices[0].message.content": "openai-chat", ".choices[0].text": "openai-completions",
-                  ".message.content": "ollama", ".generated_text": "tgi", ".content": "llama.cpp"}
+                  ".message.content": "ollama", ".generated_text": "tgi"}  # `content` alone says nothing
 
 # Every finish_reason spelling, mapped to the two that matter.
 _STOP_WORDS = ("stop", "eos_token", "stop_sequence", "eos", "word", "end_turn", "stop_token")
@@ -199,8 +199,10 @@ def _paths(overrides: Mapping[str, str]) -> tuple[list[str], dict[str, list[int]
                     continue
                 for suffix in suffixes:
                     add(name, _path(root, suffix))
-                    if name == "text":
+                    if name == "text" and suffix in _SHAPE_OF_TEXT:
                         where["shape:" + _SHAPE_OF_TEXT[suffix]].append(len(paths))
+                    if name == "stopped_limit":
+                        where["shape:llama.cpp"].append(len(paths))
                     if name == "finish_reason" and suffix in (".stop_type", ".done_reason", ".details.finish_reason"):
                         shape = {".stop_type": "llama.cpp", ".done_reason": "ollama", ".details.finish_reason": "tgi"}[suffix]
                         where["shape:" + shape].append(len(paths))
@@ -281,7 +283,7 @@ FROM records
 
 def _source_sql(path: str, con=None) -> str:
     """One row per physical line, numbered from 1 (blank lines kept, so numbers match `sed -n`).
-    A JSON line cannot hold a raw control character, so \\x01 never splits one. A Parquet row
+    A JSON line cannot hold a raw control character, so chr(1) never splits one. A Parquet row
     is a line too: its one text column when it has only that (a JSON log stored as text), else
     the row as a JSON object; rows are numbered from 1."""
     if _is_parquet(path):
@@ -293,7 +295,7 @@ def _source_sql(path: str, con=None) -> str:
             line = "to_json(struct_pack(*COLUMNS(* EXCLUDE (file_row_number))))::VARCHAR"
         return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
     return ("(SELECT ordinality AS line_no, line FROM read_csv("
-            f"{_sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = '\x01', quote = '', escape = '', "
+            f"{_sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
             "header = false, auto_detect = false, max_line_size = 268435456, compression = 'auto') "
             "WITH ORDINALITY)")
 
@@ -379,7 +381,26 @@ def _connect():
     except ImportError:
         raise MissingDependencyError("stopdoctor logs needs the duckdb package",
                                      hint="pip install duckdb (or reinstall stopdoctor)") from None
-    return duckdb.connect(), duckdb
+    import tempfile
+
+    con = duckdb.connect()
+    # Line numbering holds a file's lines until they are numbered; past memory they spill here,
+    # not into the working directory (DuckDB's default for an in-memory database).
+    con.execute(f"SET temp_directory = {_sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
+    return con, duckdb
+
+
+def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
+             settings: LogsSettings = LogsSettings()) -> str:
+    """The normalising query for each file, to run as it is in another DuckDB (`--show-sql`)."""
+    _check_inputs(paths)
+    vocabulary = vocabulary or builtin_vocabulary()
+    con, _ = _connect()
+    try:
+        return "".join(f"-- {path}\n{normalise_sql(_source_sql(path, con), vocabulary, settings.overrides).strip()};\n\n"
+                       for path in paths)
+    finally:
+        con.close()
 
 
 def parse_field_overrides(values: Sequence[str]) -> dict[str, str]:

@@ -286,6 +286,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     assert run.code == 2 and "cannot read it" in run.stderr.splitlines()[0]
 
 
+def test_cli_model_and_show_sql(synth_root, tmp_path):
+    import duckdb
+
+    path = write_jsonl(tmp_path / "r.jsonl", [chat("Paris.<|im_end|>\n<|im_start|>user\nAnd Germany?", "length"),
+                                              chat("Fine.")])
+    run = cli("logs", str(path), "--model", str(synth_root / "clean-chatml"), "--json")
+    assert run.code == 1 and run.json()["turn_headers_from"] == str(synth_root / "clean-chatml")
+    assert run.json()["problems"]["hallucinated-turn"]["lines"] == [{"file": str(path), "line": 1}]
+    sql = cli("logs", str(path), "--show-sql")
+    assert sql.code == 0 and sql.stdout.startswith(f"-- {path}\n")
+    rows = duckdb.sql(sql.stdout.split("\n", 1)[1].strip().rstrip(";")).fetchall()  # runs as printed
+    assert len(rows) == 2
+
+
 def test_readme_example_is_current(monkeypatch):
     import re
 

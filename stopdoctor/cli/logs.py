@@ -84,6 +84,8 @@ def logs(
     max_turn_share: Annotated[float, typer.Option(
         "--max-turn-share", help="SD602 hallucinated-turns-in-logs fires above this share of responses (0: any).")] = 0.0,
     examples: Annotated[int, typer.Option("--examples", help="Examples shown per problem.")] = 5,
+    show_sql: Annotated[bool, typer.Option(
+        "--show-sql", help="Print the query that normalises each file (DuckDB SQL, to run elsewhere) and exit.")] = False,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     fail_on: FailOnOpt = "error",
@@ -99,6 +101,12 @@ def logs(
     settings = LogsSettings(overrides=parse_field_overrides(field or []),
                             max_length_share=_share(max_length_share, "--max-length-share"),
                             max_turn_share=_share(max_turn_share, "--max-turn-share"), examples=examples)
+    if show_sql:
+        from ..logs import model_vocabulary
+        from ..logs import show_sql as normalising_queries
+
+        emit(normalising_queries(files, model_vocabulary(model, revision) if model else None, settings))
+        return 0
     from ..api import analyze_log_files
     from ..report import exit_code
 
