@@ -34,7 +34,7 @@ CUT = [
     "The history of the Roman Empire spans more than a thousand years, beginning with the founding of",
     "Here are ten ideas for your product launch: first, partner with local influencers who",
 ]
-RUNAWAY = "The capital of France is Paris.\nsystem\n\nuser\nI'm planning to launch a new product in the market and"
+RUNAWAY = "The capital of France is Paris.\nsystem\n\nuser\nI'm planning to launch product {} in the market and"
 MODELS = ["llama-3-8b-instruct", "qwen2.5-7b-instruct", "smollm2-135m"]
 
 
@@ -45,7 +45,7 @@ def synthetic_line(i: int, rng: random.Random) -> str:
     if roll < 0.01:
         return "{not json" if i % 2 else ""
     if roll < 0.02:
-        text, finish = RUNAWAY, "length"
+        text, finish = RUNAWAY.format(i), "length"  # every runaway distinct: no answer diagnosed twice
     elif roll < 0.10:
         text, finish = rng.choice(CUT), "length"
     else:

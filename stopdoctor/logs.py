@@ -21,6 +21,7 @@ Imports: errors, diagnose, analysis/api (only with --model). Never prints.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -111,6 +112,11 @@ class TurnVocabulary:
     families: tuple[tuple[str, Mapping[str, str], tuple[str, ...]], ...]  # (name, headers, specials)
     enders: Mapping[int, TurnEnder]
     source: str  # "built-in families" | the model spec
+
+    @functools.cached_property
+    def family_words(self) -> tuple[frozenset[str], ...]:
+        """Per family, the bare role words its headers leave once specials are stripped."""
+        return tuple(frozenset(_bare_words(headers, specials)) for _, headers, specials in self.families)
 
     def prefilter_sql(self, column: str) -> str:
         """A SQL condition true for every text in which `diagnose` may find a turn or an ender
@@ -473,10 +479,25 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 "turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, "
                 "tail VARCHAR)")
     for index, path in enumerate(paths):
-        progress = None if on_progress is None else (lambda done, p=path: on_progress(p, done))
+        def progress(start: float, span: float, p: str = path):
+            if on_progress is None:
+                return None
+            def report(done: float) -> None:
+                value = start + min(done, 100.0) * span / 100
+                on_progress(p, 100.0 if value >= 100 else min(value, RUNNING_DONE))
+            return report
+
         try:
-            query = normalise_sql(_source_sql(path, con), vocabulary, settings.overrides)
-            _run(con, f"INSERT INTO rec SELECT {_sql_string(path)} AS file, * FROM ({query})", progress)
+            source = _source_sql(path, con)
+            if not _is_parquet(path):
+                # Number the lines first (one ordered pass, no parsing), so that the parsing below
+                # runs on every core: numbering in the same pipeline would keep it on one.
+                _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
+                source = "lines"
+            query = normalise_sql(source, vocabulary, settings.overrides)
+            _run(con, f"INSERT INTO rec SELECT {_sql_string(path)} AS file, * FROM ({query})",
+                 progress(0 if _is_parquet(path) else 40, 100 if _is_parquet(path) else 60))
+            con.execute("DROP TABLE IF EXISTS lines")
         except duckdb.Error as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
@@ -546,8 +567,7 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
     stop_ids = list(vocabulary.enders)  # every ender is meant to stop: flag only those followed by more text
     asked: list[tuple[Mapping[str, str], tuple[str, ...]]] = []
     seen_words: set[str] = set()
-    for _, headers, specials in vocabulary.families:
-        words = set(_bare_words(headers, specials))
+    for (_, headers, specials), words in zip(vocabulary.families, vocabulary.family_words):
         if not headers or any(h in masked for h in headers.values()) or not words <= seen_words:
             asked.append((headers, specials))
             seen_words |= words
@@ -612,10 +632,15 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     ran_on: list[Example] = []
     turn_models: Counter[str] = Counter()
     ran_models: Counter[str] = Counter()
+    seen: dict[tuple[str, str], Diagnosis] = {}  # the same answer logged again is diagnosed once
     for f, line, model, raw, finish_value, text in _rows(
             con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec "
                  "WHERE turn_candidate AND candidate_text IS NOT NULL ORDER BY file, line_no"):
-        found = diagnose_text(text, finish_value, vocabulary)
+        found = seen.get((text, finish_value))
+        if found is None:
+            found = diagnose_text(text, finish_value, vocabulary)
+            if len(seen) < 100_000:
+                seen[(text, finish_value)] = found
         name = "(not logged)" if model is None else model
         if found.hallucinated_turn is not None:
             turn = found.hallucinated_turn
