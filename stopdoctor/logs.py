@@ -452,7 +452,11 @@ def _run(con, sql: str, on_progress: Callable[[float], None] | None):
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
     while worker.is_alive():
-        worker.join(0.1)
+        try:
+            worker.join(0.1)
+        except KeyboardInterrupt:
+            con.interrupt()  # stop the query too, not only this thread
+            raise
         try:
             done = con.query_progress()
         except Exception:  # noqa: BLE001 - progress is cosmetic
