@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from .analysis import Analysis, analyze
 from .checks import run_checks
@@ -57,3 +58,31 @@ def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
     facts = load(spec, revision)
     analysis = analyze(facts)
     return InspectResult(facts.source, facts, analysis, run_checks(analysis))
+
+
+@dataclass(frozen=True)
+class LogsResult:
+    report: Any  # stopdoctor.logs.LogsReport
+    findings: list[Finding]
+
+
+@dataclass(frozen=True)
+class _LogsSubject:
+    """What the SD6xx checks read: a logs report (no model analysis)."""
+
+    logs: Any
+
+
+def logs_findings(report: Any) -> list[Finding]:
+    """Run the SD6xx checks on a logs report."""
+    return run_checks(_LogsSubject(report), prefix="SD6")  # type: ignore[arg-type]
+
+
+def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
+                      settings: Any = None, on_progress: Any = None) -> LogsResult:
+    """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
+    from .logs import LogsSettings, analyze_logs, model_vocabulary
+
+    vocabulary = model_vocabulary(model, revision) if model else None
+    report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
+    return LogsResult(report, logs_findings(report))
