@@ -68,14 +68,14 @@ class LogsResult:
 
 @dataclass(frozen=True)
 class _LogsSubject:
-    """What the SD6xx checks read: a logs report (no model analysis)."""
+    """What the SD7xx checks read: a logs report (no model analysis)."""
 
     logs: Any
 
 
 def logs_findings(report: Any) -> list[Finding]:
-    """Run the SD6xx checks on a logs report."""
-    return run_checks(_LogsSubject(report), prefix="SD6")  # type: ignore[arg-type]
+    """Run the SD7xx checks on a logs report."""
+    return run_checks(_LogsSubject(report), prefix="SD7")  # type: ignore[arg-type]
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,

@@ -349,8 +349,8 @@ class Problem:
 @dataclass(frozen=True)
 class LogsSettings:
     overrides: Mapping[str, str] = field(default_factory=dict)
-    max_length_share: float = 0.05  # SD601 budget-truncation-rate
-    max_turn_share: float = 0.0  # SD602 hallucinated-turns-in-logs: any is too many by default
+    max_length_share: float = 0.05  # SD701 budget-truncation-rate
+    max_turn_share: float = 0.0  # SD702 hallucinated-turns-in-logs: any is too many by default
     examples: int = 5
 
 

@@ -1,5 +1,5 @@
 """`stopdoctor logs`: every logged shape read per line, bad lines counted, the problems found on
-realistic answers (precision first), the SD6xx checks, the CLI contract, and a log written by a
+realistic answers (precision first), the SD7xx checks, the CLI contract, and a log written by a
 real `transformers serve` with half the requests on a broken stop config (slow)."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_mid_sentence_only_under_length(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Checks SD601-SD603: positive and negative
+# Checks SD701-SD703: positive and negative
 # --------------------------------------------------------------------------------------------
 
 
@@ -224,16 +224,16 @@ def _codes(path: Path, settings: LogsSettings = LogsSettings()) -> list[str]:
 
 def test_sd601_budget_truncation_rate_threshold(tmp_path):
     path = write_jsonl(tmp_path / "r.jsonl", [chat("Cut in the", "length")] + [chat("Fine.")] * 9)
-    assert _codes(path) == ["SD601"]  # 10% > 5%
+    assert _codes(path) == ["SD701"]  # 10% > 5%
     assert _codes(path, LogsSettings(max_length_share=0.10)) == []
 
 
 def test_sd602_and_sd603_positive_and_negative(tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [chat("Paris.<|im_end|>\n<|im_start|>user\nAnd Germany?")] + [chat("Fine.")] * 99)
     findings = logs_findings(analyze_logs([str(bad)]))
-    assert [f.code for f in findings] == ["SD602", "SD603"]
+    assert [f.code for f in findings] == ["SD702", "SD703"]
     assert str(findings[0].location) == f"{bad}:1" and findings[0].evidence["count"] == 1
-    assert _codes(bad, LogsSettings(max_turn_share=0.02)) == ["SD603"]
+    assert _codes(bad, LogsSettings(max_turn_share=0.02)) == ["SD703"]
     good = write_jsonl(tmp_path / "good.jsonl", [chat(t) for t in ORDINARY.values()])
     assert _codes(good) == []
 
@@ -241,7 +241,7 @@ def test_sd602_and_sd603_positive_and_negative(tmp_path):
 def test_model_checks_never_see_logs(synth_root):
     from stopdoctor.api import inspect_model
 
-    assert not [f for f in inspect_model(str(synth_root / "clean-chatml")).findings if f.code.startswith("SD6")]
+    assert not [f for f in inspect_model(str(synth_root / "clean-chatml")).findings if f.code.startswith("SD7")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,19 +252,19 @@ def test_model_checks_never_see_logs(synth_root):
 def test_cli_json_contract_and_exit_codes(tmp_path):
     path = write_jsonl(tmp_path / "r.jsonl", [chat(RUNAWAY, "length"), chat("Cut in the", "length"), "oops", chat("Fine.")])
     run = cli("logs", str(path), "--json")
-    assert run.code == 1, run.stderr  # SD602 is an error
+    assert run.code == 1, run.stderr  # SD702 is an error
     doc = run.json()
     assert doc["schema_version"] == 1 and doc["schema"] == "stopdoctor.logs/1" and doc["tool"]["name"] == "stopdoctor"
     assert doc["lines"]["bad"] == 1 and doc["lines"]["bad_examples"] == [{"file": str(path), "line": 3}]
     assert doc["finish_reason"] == {"length": 2, "stop": 1}
     assert doc["problems"]["hallucinated-turn"]["lines"] == [{"file": str(path), "line": 1}]
     assert doc["problems"]["mid-sentence"]["examples"][0]["line"] == 2
-    assert [f["code"] for f in doc["findings"]] == ["SD602", "SD601"]
+    assert [f["code"] for f in doc["findings"]] == ["SD702", "SD701"]
     human = cli("logs", str(path), "--no-color")
-    assert human.code == 1 and "SD602 hallucinated-turns-in-logs" in human.stdout
+    assert human.code == 1 and "SD702 hallucinated-turns-in-logs" in human.stdout
     assert f"{path}:1" in human.stdout and "role word on its own line" in human.stdout
     only_cut = write_jsonl(tmp_path / "cut.jsonl", [chat("Cut in the", "length"), chat("Fine.")])
-    assert cli("logs", str(only_cut)).code == 0  # SD601 is a warning
+    assert cli("logs", str(only_cut)).code == 0  # SD701 is a warning
     assert cli("logs", str(only_cut), "--fail-on", "warning").code == 1
 
 
@@ -357,4 +357,4 @@ def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_
     assert [e["line"] for e in doc["problems"]["budget-truncated"]["examples"]] == broken, text
     assert [e["line"] for e in doc["problems"]["hallucinated-turn"]["lines"]] == broken, text
     assert doc["by_max_tokens"] == {"40": {"length": 4, "stop": 4}}
-    assert run.code == 1 and [f["code"] for f in doc["findings"]] == ["SD602", "SD601"]
+    assert run.code == 1 and [f["code"] for f in doc["findings"]] == ["SD702", "SD701"]

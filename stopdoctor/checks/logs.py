@@ -1,4 +1,4 @@
-"""SD6xx: response logs — how often served answers stopped for the wrong reason.
+"""SD7xx: response logs — how often served answers stopped for the wrong reason.
 
 These checks read `subject.logs` (a `stopdoctor.logs.LogsReport`), which only
 `stopdoctor.api.logs_findings` attaches; on a model analysis they yield nothing. Thresholds come
@@ -27,7 +27,7 @@ def _percent(share: float) -> str:
     return f"{share * 100:.1f}%" if share >= 0.001 or share == 0 else f"{share * 100:.3f}%"
 
 
-@check("SD601", "budget-truncation-rate", Severity.WARNING)
+@check("SD701", "budget-truncation-rate", Severity.WARNING)
 def budget_truncation_rate(subject: Any, self: Check):
     """More logged answers than the threshold ended because they ran out of token budget.
 
@@ -38,7 +38,7 @@ def budget_truncation_rate(subject: Any, self: Check):
 
     Why it matters:
     Each one is an answer cut off silently: clients rarely look at finish_reason. A high share
-    means max_tokens is too small for the traffic, or the model does not stop (see SD602).
+    means max_tokens is too small for the traffic, or the model does not stop (see SD702).
 
     Example:
     `12.5% of 8,000 responses ended at the token budget (finish_reason length), 940 mid-sentence`
@@ -58,12 +58,12 @@ def budget_truncation_rate(subject: Any, self: Check):
     yield self.finding(
         f"{_percent(cut.share)} of {logs.responses:,} responses ended at the token budget (finish_reason length), "
         f"{mid:,} mid-sentence; threshold {_percent(threshold)}",
-        "raise max_tokens for the models and budgets listed, or fix their stops if they also run on (SD602)",
+        "raise max_tokens for the models and budgets listed, or fix their stops if they also run on (SD702)",
         _where(cut.examples[0]) if cut.examples else None,
         count=cut.count, share=cut.share, threshold=threshold, mid_sentence=mid, by_model=cut.by_model)
 
 
-@check("SD602", "hallucinated-turns-in-logs", Severity.ERROR)
+@check("SD702", "hallucinated-turns-in-logs", Severity.ERROR)
 def hallucinated_turns_in_logs(subject: Any, self: Check):
     """Logged answers go on to write the next user or system turn themselves.
 
@@ -101,7 +101,7 @@ def hallucinated_turns_in_logs(subject: Any, self: Check):
         lines=[e.line for e in turns.examples])
 
 
-@check("SD603", "end-of-turn-text-in-logs", Severity.WARNING)
+@check("SD703", "end-of-turn-text-in-logs", Severity.WARNING)
 def end_of_turn_text_in_logs(subject: Any, self: Check):
     """Logged answers contain an end-of-turn token's text with more text after it.
 

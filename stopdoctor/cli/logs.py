@@ -80,9 +80,9 @@ def logs(
         "--field", metavar="NAME=$.PATH", help="Where a field is in a custom log line, e.g. finish_reason=$.out.stop "
         "(text, finish_reason, stop_reason, model, max_tokens; repeatable).", show_default=False)] = None,
     max_length_share: Annotated[float, typer.Option(
-        "--max-length-share", help="SD601 budget-truncation-rate fires above this share of finish_reason length.")] = 0.05,
+        "--max-length-share", help="SD701 budget-truncation-rate fires above this share of finish_reason length.")] = 0.05,
     max_turn_share: Annotated[float, typer.Option(
-        "--max-turn-share", help="SD602 hallucinated-turns-in-logs fires above this share of responses (0: any).")] = 0.0,
+        "--max-turn-share", help="SD702 hallucinated-turns-in-logs fires above this share of responses (0: any).")] = 0.0,
     examples: Annotated[int, typer.Option("--examples", help="Examples shown per problem.")] = 5,
     show_sql: Annotated[bool, typer.Option(
         "--show-sql", help="Print the query that normalises each file (DuckDB SQL, to run elsewhere) and exit.")] = False,
