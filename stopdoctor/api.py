@@ -57,3 +57,32 @@ def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
     facts = load(spec, revision)
     analysis = analyze(facts)
     return InspectResult(facts.source, facts, analysis, run_checks(analysis))
+
+
+def labels_findings(analysis: Analysis, labels) -> list[Finding]:
+    """Run the SD6xx checks on a labelled dataset (`stopdoctor.labels.LabelsResult`), attached to
+    a copy of the analysis as the serving checks get theirs."""
+    wrapped = copy.copy(analysis)
+    wrapped.labels = labels  # type: ignore[attr-defined]
+    return run_checks(wrapped, prefix="SD6")
+
+
+@dataclass(frozen=True)
+class LabelsReport:
+    source: ModelSource
+    facts: ModelFacts
+    analysis: Analysis
+    labels: object  # stopdoctor.labels.LabelsResult
+    findings: list[Finding]
+
+
+def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
+                 progress=None) -> LabelsReport:
+    """`stopdoctor labels`: build the training labels of a dataset and check its end-of-turns."""
+    from .labels import LabelSettings, label_dataset, load_examples
+
+    facts = load(spec, revision)
+    analysis = analyze(facts)
+    examples = load_examples(data, limit)
+    labels = label_dataset(facts, analysis, examples, str(data), settings or LabelSettings(), progress)
+    return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
