@@ -72,6 +72,10 @@ class LabelSettings:
     append_eos: bool = False
     pad_token: str | None = None  # overrides the tokenizer's pad token (the fix to try)
     template: ChatTemplate | None = None  # another chat template (e.g. one with generation markers)
+    # Examples whose ids and labels are always built (the first N: the ones `--show` prints);
+    # None: all of them. The others are judged in character space when that gives the same
+    # verdict for certain (see `_judge_in_text`), and tokenized only when it may not.
+    tokenize_first: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,13 @@ class LabelledExample:
     ids: tuple[int, ...]  # after truncation
     trained: tuple[bool, ...]  # label != -100, per token
     offsets: tuple[tuple[int, int], ...]
-    full_length: int  # before truncation
+    full_length: int | None  # before truncation; None when not tokenized
     spans: tuple[Span, ...]
     unlocated: int = 0  # assistant messages whose content the template does not write verbatim
+
+    @property
+    def tokenized(self) -> bool:
+        return self.full_length is not None
 
     @property
     def ok(self) -> bool:
@@ -281,14 +289,72 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
                              "TRL refuses assistant_only_loss on non-conversational data too; use "
                              "--collator completion-only or full")
     eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]
+    bound_ok = _bytes_bound_tokens(tokenizer)
     total = len(examples)
     for start in range(0, total, _CHUNK):
         chunk = examples[start:start + _CHUNK]
         prepared = [_prepare(e, template, specials, settings, eos_text, eot_res) for e in chunk]
-        result.examples.extend(_tokenize_and_label(prepared, tokenizer, settings, pad_id, end_ids, result))
+        judged = [None if _must_tokenize(p, settings, bound_ok) else _judge_in_text(p, settings, pad_id, result)
+                  for p in prepared]
+        slow = [p for p, j in zip(prepared, judged) if j is None]
+        tokenized = iter(_tokenize_and_label(slow, tokenizer, settings, pad_id, end_ids, result))
+        result.examples.extend(j if j is not None else next(tokenized) for j in judged)
         if progress is not None:
             progress(min(start + _CHUNK, total), total)
     return result
+
+
+def _bytes_bound_tokens(tokenizer) -> bool:
+    """True when no text of n UTF-8 bytes can become more than n tokens: no normalizer, and a
+    byte-level pre-tokenizer that adds no prefix space (GPT-2-style BPE: Llama 3, Qwen, SmolLM2).
+    Every token then covers at least one byte of the text, added tokens included."""
+    if tokenizer.normalizer is not None or tokenizer.pre_tokenizer is None:
+        return False
+    state = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    parts = state.get("pretokenizers", [state]) if state.get("type") == "Sequence" else [state]
+    if not any(part.get("type") == "ByteLevel" for part in parts):
+        return False
+    return all(part.get("type") in ("ByteLevel", "Split", "Digits", "Punctuation", "Whitespace")
+               and not part.get("add_prefix_space", False) for part in parts)
+
+
+def _must_tokenize(p: _Prepared, settings: LabelSettings, bound_ok: bool) -> bool:
+    if settings.tokenize_first is None or p.example.index < settings.tokenize_first:
+        return True
+    if p.special or p.collator == "completion-only":
+        return True  # post-processor tokens and the prompt/completion boundary need the ids
+    if settings.max_length is not None:
+        last_end = max((t[4] for t in p.turns if t[4] is not None), default=0)
+        if not bound_ok or len(p.text[:last_end].encode("utf-8")) > settings.max_length:
+            return True  # the end-of-turn may lie past max_length: count the tokens
+    return False
+
+
+def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
+                   result: LabelsResult) -> LabelledExample | None:
+    """The verdict without tokenizing, valid when the end-of-turn is one added token (always
+    encoded whole, with its exact character span as offsets) and cannot be truncated away. Then
+    its label is: trained (full), trained unless it is the pad id (pad-id), trained iff its
+    span overlaps a generation block (assistant-only: the token-mask rule of transformers).
+    None when some end-of-turn is not an added token: the caller tokenizes."""
+    vocab = result.facts.vocab
+    spans = []
+    for message, _c_start, _c_end, e_start, e_end in p.turns:
+        if e_start is None:
+            spans.append(Span(message, None, None, None, False, ABSENT))
+            continue
+        end_id = vocab.is_single_token(p.text[e_start:e_end])
+        if end_id is None:
+            return None
+        if p.collator == "assistant-only":
+            trained = any(e_start < g_end and e_end > g_start for g_start, g_end in p.generation)
+        elif p.collator == "pad-id":
+            trained = end_id != pad_id
+        else:
+            trained = True
+        spans.append(Span(message, None, None, end_id, trained, None if trained else _cause(p, end_id, pad_id, result)))
+    return LabelledExample(p.example.index, p.example.kind, p.collator, p.text, (), (), (), None, tuple(spans),
+                           p.unlocated)
 
 
 def _markers_for(template: ChatTemplate, specials: dict[str, str], vocab) -> list[str]:
@@ -464,7 +530,22 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
 
 
 def _tokens_overlapping(offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
-    return [i for i, (s, e) in enumerate(offsets) if e > start and s < end and e > s]
+    """Tokens (not zero-width) overlapping [start, end); offsets are in text order."""
+    found = []
+    low, high = 0, len(offsets)
+    while low < high:  # first token ending after `start`
+        mid = (low + high) // 2
+        if offsets[mid][1] <= start:
+            low = mid + 1
+        else:
+            high = mid
+    for i in range(low, len(offsets)):
+        s, e = offsets[i]
+        if s >= end:
+            break
+        if e > start and e > s:
+            found.append(i)
+    return found
 
 
 def _spans(p: _Prepared, ids, offsets, trained, kept: int, end_ids: set[int], pad_id, result: LabelsResult):
@@ -507,13 +588,15 @@ def _judge(p: _Prepared, message, token_range, end_token: int, ids, trained, kep
         return Span(message, token_range, end_token, end_id, False, TRUNCATED)
     if trained[end_token]:
         return Span(message, token_range, end_token, end_id, True, None)
+    return Span(message, token_range, end_token, end_id, False, _cause(p, end_id, pad_id, result))
+
+
+def _cause(p: _Prepared, end_id: int, pad_id: int | None, result: LabelsResult) -> str:
     if p.collator == "pad-id" and end_id == pad_id:
-        cause = PAD_MASKED
-    elif p.collator == "assistant-only":
-        cause = OUTSIDE_GENERATION if result.has_generation_markers else NO_GENERATION_MARKERS
-    else:
-        cause = OUTSIDE_COMPLETION
-    return Span(message, token_range, end_token, end_id, False, cause)
+        return PAD_MASKED
+    if p.collator == "assistant-only":
+        return OUTSIDE_GENERATION if result.has_generation_markers else NO_GENERATION_MARKERS
+    return OUTSIDE_COMPLETION
 
 
 def template_location(result: LabelsResult) -> Location | None:

@@ -377,3 +377,28 @@ def test_label_dataset_reports_progress(synth_root):
     calls = []
     label_dataset(facts, analyze(facts), load_examples(CHAT), "chat", progress=lambda d, t: calls.append((d, t)))
     assert calls == [(6, 6)]
+
+
+@pytest.mark.parametrize("case, rows, settings", [
+    ("clean-chatml", "chat", {"collator": "full"}),
+    ("clean-chatml", "chat", {"collator": "full", "max_length": 40}),
+    ("clean-chatml", "chat", {"collator": "pad-id", "max_length": 400}),
+    ("pad-is-eos", "chat", {"collator": "pad-id"}),
+    ("clean-chatml", "chat", {"collator": "assistant-only"}),
+    ("clean-chatml", "chat", {"collator": "assistant-only", "template": _template(GENERATION), "max_length": 30}),
+    ("clean-chatml", "chat", {"collator": "assistant-only", "template": _template(GENERATION_EOT_OUTSIDE)}),
+    ("clean-llama2", "alternating", {"collator": "pad-id"}),
+    ("clean-llama2", "alternating", {"collator": "full", "max_length": 40}),
+    ("chatml-on-llama3-vocab", "chat", {"collator": "full"}),
+    ("never-closes-turn", "chat", {"collator": "full"}),
+])
+def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, case, rows, settings):
+    """The command tokenizes only where the verdict needs it; the verdicts must not change."""
+    data = CHAT if rows == "chat" else _rows_file(tmp_path, ALTERNATING)
+    tokenized = _run(synth_root / case, data, **settings)
+    lazy = _run(synth_root / case, data, **settings, tokenize_first=0)
+    assert [(s.message, s.end_id, s.trained, s.cause) for s in lazy.labels.spans] == \
+        [(s.message, s.end_id, s.trained, s.cause) for s in tokenized.labels.spans]
+    assert [(f.code, f.message) for f in lazy.findings] == [(f.code, f.message) for f in tokenized.findings]
+    if case == "clean-chatml" and "max_length" not in settings:
+        assert not any(e.tokenized for e in lazy.labels.examples)

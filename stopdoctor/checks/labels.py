@@ -177,7 +177,8 @@ def truncation_drops_end_of_turn(analysis: Analysis, self: Check):
     share, indices, spans = _share(result, (TRUNCATED,))
     if not spans:
         return
-    longest = max(e.full_length for e in result.examples)
+    # examples judged without tokenizing are known to fit; the truncated ones were all tokenized
+    longest = max(e.full_length for e in result.examples if e.full_length is not None)
     yield self.finding(f"max length {result.settings.max_length} cuts the end-of-turn away in {share}",
                        f"raise max_length to {longest} (the longest example), or drop/split longer examples",
                        None, examples=indices, spans=spans, max_length=result.settings.max_length, longest=longest)

@@ -108,7 +108,7 @@ def labels(
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
-                             pad_token=pad_token, template=chosen)
+                             pad_token=pad_token, template=chosen, tokenize_first=max(0, show))
     progress = _Progress("labelling")
     try:
         with working(f"reading {model}…"):

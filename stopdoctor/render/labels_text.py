@@ -63,7 +63,7 @@ def _runs(example: LabelledExample) -> list[tuple[bool, int, int]]:
 
 def _render_example(out, example: LabelledExample, result: LabelsResult, width: int) -> None:
     trained = sum(example.trained)
-    truncated = f", cut from {example.full_length}" if example.full_length > len(example.ids) else ""
+    truncated = f", cut from {example.full_length}" if (example.full_length or 0) > len(example.ids) else ""
     out.print(f"[bold]example {example.index}[/]  ({example.kind}, collator {example.collator}, "
               f"{len(example.ids)} tokens{truncated}, {trained} trained)")
     room = max(20, width - 11)
