@@ -79,9 +79,14 @@ class LabelsReport:
 def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
                  progress=None) -> LabelsReport:
     """`stopdoctor labels`: build the training labels of a dataset and check its end-of-turns."""
+    return check_labels_of(load(spec, revision), data, settings, limit, progress)
+
+
+def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
+                    progress=None) -> LabelsReport:
+    """`check_labels` on a model already loaded."""
     from .labels import LabelSettings, label_dataset, load_examples
 
-    facts = load(spec, revision)
     analysis = analyze(facts)
     examples = load_examples(data, limit)
     labels = label_dataset(facts, analysis, examples, str(data), settings or LabelSettings(), progress)

@@ -402,3 +402,17 @@ def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, cas
     assert [(f.code, f.message) for f in lazy.findings] == [(f.code, f.message) for f in tokenized.findings]
     if case == "clean-chatml" and "max_length" not in settings:
         assert not any(e.tokenized for e in lazy.labels.examples)
+
+
+def test_progress_appears_only_after_a_second(capsys):
+    from stopdoctor.cli.labels import _Progress
+
+    quick = _Progress("labelling")
+    quick(512, 10_000)
+    assert capsys.readouterr().err == ""
+    slow = _Progress("labelling")
+    slow.started -= 2
+    slow(512, 10_000)
+    slow(1024, 10_000)
+    slow.close()
+    assert capsys.readouterr().err == "stopdoctor: labelling (10000 examples)…\n"

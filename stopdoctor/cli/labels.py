@@ -92,7 +92,7 @@ def labels(
 ) -> int:
     """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
     threshold = parse_severity(fail_on)
-    from ..api import check_labels
+    from ..api import check_labels_of, load
     from ..errors import InputError
     from ..labels import COLLATORS, LabelSettings
     from ..report import exit_code
@@ -109,10 +109,11 @@ def labels(
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show))
-    progress = _Progress("labelling")
+    with working(f"reading {model}…"):
+        facts = load(model, revision)
+    progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
     try:
-        with working(f"reading {model}…"):
-            report = check_labels(model, str(data), settings, limit, revision, progress)
+        report = check_labels_of(facts, str(data), settings, limit, progress)
     finally:
         progress.close()
     if json:
