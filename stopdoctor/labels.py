@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Analysis
-from .errors import InputError
+from .errors import InputError, TemplateError
 from .facts import ModelFacts
 from .model import ChatTemplate, Location
 from .sandbox import render_chat
@@ -293,7 +293,7 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
     total = len(examples)
     for start in range(0, total, _CHUNK):
         chunk = examples[start:start + _CHUNK]
-        prepared = [_prepare(e, template, specials, settings, eos_text, eot_res) for e in chunk]
+        prepared = [_prepare_or_say_which(e, template, specials, settings, eos_text, eot_res) for e in chunk]
         judged = [None if _must_tokenize(p, settings, bound_ok) else _judge_in_text(p, settings, pad_id, result)
                   for p in prepared]
         slow = [p for p, j in zip(prepared, judged) if j is None]
@@ -392,6 +392,14 @@ def _render(template: ChatTemplate, messages: list[dict], specials: dict[str, st
                        tools=tools, special_tokens=specials, generation_spans=spans)
 
 
+def _prepare_or_say_which(example: Example, *args) -> _Prepared:
+    try:
+        return _prepare(example, *args)
+    except TemplateError as error:  # a template that rejects one example: say which
+        raise type(error)(f"example {example.index} (line {example.line}): {error.message}", error.hint,
+                          error.line) from error
+
+
 def _prepare(example: Example, template: ChatTemplate | None, specials: dict[str, str],
              settings: LabelSettings, eos_text: str | None, eot_res) -> _Prepared:
     collator = _resolve(settings.collator, example)
@@ -410,7 +418,10 @@ def _prepare(example: Example, template: ChatTemplate | None, specials: dict[str
 
     tools = row.get("tools")
     if isinstance(tools, str):
-        tools = json.loads(tools)
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"example {example.index} (line {example.line}): \"tools\" is not JSON: {exc.msg}") from exc
     if example.kind == "messages":
         messages = row["messages"]
         prompt_messages = messages[:-1] if messages[-1].get("role") == "assistant" else None
@@ -431,32 +442,53 @@ def _prepare(example: Example, template: ChatTemplate | None, specials: dict[str
     return prepared
 
 
+def _content_text(message: dict) -> str | None:
+    content = message.get("content")
+    if isinstance(content, list):  # content blocks: the text blocks, as most templates join them
+        content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return content.strip() if isinstance(content, str) else None
+
+
+def _end_after(text: str, end: int, eot_res) -> re.Match | None:
+    return next((m for m in (pattern.match(text, end) for pattern in eot_res) if m), None)
+
+
 def _locate_turns(prepared: _Prepared, messages: list[dict], eot_res) -> None:
-    """Find each message's content in the rendered text, in order, and what follows assistant content."""
+    """Find each message's content in the rendered text, in order, and what follows assistant
+    content. An assistant content may also occur in the scaffolding before it (content
+    "assistant" and the header `<|im_start|>assistant`): the first occurrence followed by an
+    end-of-turn wins, among those before the next message's content."""
     text, cursor = prepared.text, 0
-    for number, message in enumerate(messages):
-        content = message.get("content")
-        if isinstance(content, list):  # content blocks: the text blocks, as most templates join them
-            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-        if not isinstance(content, str):
-            if message.get("role") == "assistant" and number >= prepared.expected_from:
-                prepared.unlocated += 1
+    needles = [_content_text(m) for m in messages]
+    for number, (message, needle) in enumerate(zip(messages, needles)):
+        expected = message.get("role") == "assistant" and number >= prepared.expected_from
+        if needle is None:
+            prepared.unlocated += expected
             continue
-        needle = content.strip()
         at = text.find(needle, cursor) if needle else -1
         if at < 0:
-            if message.get("role") == "assistant" and number >= prepared.expected_from:
-                if needle:
-                    prepared.unlocated += 1
-                    continue
-                at = cursor  # empty content: look for the end-of-turn right here
-            else:
+            if not expected:
                 continue
+            if needle:
+                prepared.unlocated += 1
+                continue
+            at = cursor  # empty content: look for the end-of-turn right here
+        match = _end_after(text, at + len(needle), eot_res) if expected else None
+        if expected and match is None and needle:
+            following = next((n for n in needles[number + 1:] if n), None)
+            stop = text.find(following, at + 1) if following else -1
+            stop = len(text) if stop < 0 else stop
+            other = text.find(needle, at + 1)
+            while 0 <= other < stop:
+                match = _end_after(text, other + len(needle), eot_res)
+                if match is not None:
+                    at = other
+                    break
+                other = text.find(needle, other + 1)
         end = at + len(needle)
         cursor = end
-        if message.get("role") != "assistant" or number < prepared.expected_from:
+        if not expected:
             continue
-        match = next((m for m in (pattern.match(text, end) for pattern in eot_res) if m), None)
         if match is None:
             prepared.turns.append((number, at, end, None, None))
         else:

@@ -416,3 +416,20 @@ def test_progress_appears_only_after_a_second(capsys):
     slow(1024, 10_000)
     slow.close()
     assert capsys.readouterr().err == "stopdoctor: labelling (10000 examples)…\n"
+
+
+def test_assistant_content_that_also_occurs_in_the_scaffolding(synth_root, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "Say the word."}, {"role": "assistant", "content": "assistant"}]}]
+    for collator in ("full", "pad-id"):
+        result = _run(synth_root / "clean-chatml", _rows_file(tmp_path, rows), collator=collator).labels
+        (span,) = result.spans
+        assert span.end_id == result.facts.vocab.id_of("<|im_end|>") and span.cause != ABSENT
+
+
+def test_template_rejecting_an_example_names_it(synth_root, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            {"messages": [{"role": "assistant", "content": "b"}, {"role": "user", "content": "a"}]}]
+    run = cli("labels", str(synth_root / "clean-llama3"), "--data", str(_rows_file(tmp_path, rows)))
+    assert run.code == 0  # llama3's template does not check the order
+    run = cli("labels", str(synth_root / "clean-gemma"), "--data", str(_rows_file(tmp_path, rows)))
+    assert run.code == 2 and "example 1 (line 2): chat template raised" in run.stderr
