@@ -433,3 +433,11 @@ def test_template_rejecting_an_example_names_it(synth_root, tmp_path):
     assert run.code == 0  # llama3's template does not check the order
     run = cli("labels", str(synth_root / "clean-gemma"), "--data", str(_rows_file(tmp_path, rows)))
     assert run.code == 2 and "example 1 (line 2): chat template raised" in run.stderr
+
+
+def test_gguf_pad_masking_points_at_the_gguf_key(real_gguf_models):
+    report = _run(real_gguf_models.smollm2_gguf, collator="pad-id")
+    (finding,) = report.findings
+    assert finding.code == "SD602"
+    assert finding.location.key == "tokenizer.ggml.padding_token_id"
+    assert report.labels.failing(PAD_MASKED) == list(range(6))

@@ -136,8 +136,24 @@ def pad_masks_eos(analysis: Analysis, self: Check):
     fix += ", or mask padding by the attention mask instead of the pad id"
     yield self.finding(f"the end-of-turn {end} is also the pad token ({result.pad_note}) and the collator masks "
                        f"every pad id, so it is never trained: {share}", fix,
-                       Location("tokenizer_config.json", "pad_token"), examples=indices, spans=spans,
+                       _pad_location(result), examples=indices, spans=spans,
                        pad_id=result.pad_id, suggested_pad_token=candidate)
+
+
+def _pad_location(result: LabelsResult) -> Location | None:
+    """Where the pad token the collator used is declared: the tokenizer's files first."""
+    if result.settings.pad_token is not None:
+        return None
+    facts = result.facts
+    declared = facts.declared_for("pad")
+    for file in (*facts.tokenizer_files, *(d.location.file for d in declared)):
+        for d in declared:
+            if d.location.file == file and d.id == result.pad_id:
+                return d.location
+    if result.pad_id is not None and result.pad_id == result.eos_id and not declared:
+        eos = [d for d in facts.declared_for("eos") if d.id == result.eos_id]
+        return eos[0].location if eos else None  # no pad token: eos stands in for it
+    return Location("tokenizer_config.json", "pad_token")
 
 
 def _distinct_pad(result: LabelsResult) -> str | None:
