@@ -23,6 +23,11 @@ The collators, as their sources do it (read in transformers 5.24, TRL 1.16, Axol
 - `pad-id`: the legacy transformers `DataCollatorForLanguageModeling(mlm=False)`
   (`data/data_collator.py`): `labels[labels == tokenizer.pad_token_id] = -100` — with
   pad == eos this masks every real eos in the text too.
+- `axolotl`: Axolotl's `chat_template` strategy with its defaults (`roles_to_train:
+  [assistant]`, `train_on_eos: turn`, `train_on_eot` = `train_on_eos`, `eot_tokens` = `[eos_token]`,
+  `prompt_strategies/chat_template.py`): each assistant turn's content is trained, then the first
+  `eot_tokens` id and the first eos id at most 3 tokens after the content's end. `eot_tokens`
+  entries the template text does not contain are dropped (`_validate_eot_and_eos_tokens`).
 - `auto`: TRL SFTTrainer's defaults: `completion-only` for prompt/completion rows, `full` otherwise.
 
 Plain-text rows are tokenized with the tokenizer's special tokens (TRL: `processing_class(text=...)`),
@@ -49,17 +54,20 @@ from .facts import ModelFacts
 from .model import ChatTemplate, Location
 from .sandbox import render_chat
 
-COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id")
+COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl")
 
 # Why an end-of-turn is not trained; each maps to one check (stopdoctor.checks.labels).
 NO_GENERATION_MARKERS = "no-generation-markers"  # assistant-only, template has no {% generation %}
 OUTSIDE_GENERATION = "outside-generation"  # markers exist but leave the end-of-turn outside
 OUTSIDE_COMPLETION = "outside-completion"  # completion-only mask leaves it out
+NOT_AN_EOT_TOKEN = "not-an-eot-token"  # axolotl: neither in eot_tokens nor the eos
+OUTSIDE_TURN = "outside-turn"  # axolotl: more than 3 tokens after the turn's content
 PAD_MASKED = "pad-masked"  # end-of-turn id == pad id under a pad-id-masking collator
 TRUNCATED = "truncated"  # past --max-length
 ABSENT = "absent"  # not in the text at all (no eos appended, template writes none)
 SPLIT = "split"  # several ordinary tokens: no single token to learn or to stop on
-CAUSES = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, PAD_MASKED, TRUNCATED, ABSENT, SPLIT)
+CAUSES = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_EOT_TOKEN, OUTSIDE_TURN,
+          PAD_MASKED, TRUNCATED, ABSENT, SPLIT)
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' and TRL's test
 _CHUNK = 512  # examples rendered and encoded per batch (and per progress update)
@@ -76,6 +84,7 @@ class LabelSettings:
     # None: all of them. The others are judged in character space when that gives the same
     # verdict for certain (see `_judge_in_text`), and tokenized only when it may not.
     tokenize_first: int | None = None
+    eot_tokens: tuple[str, ...] | None = None  # axolotl's `eot_tokens` (default: the eos token)
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,7 @@ class LabelsResult:
     pad_id: int | None
     pad_note: str
     eos_id: int | None
+    axolotl_ids: frozenset[int] = frozenset()  # ids the axolotl collator trains after a turn
     examples: list[LabelledExample] = field(default_factory=list)
 
     @property
@@ -277,15 +287,15 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
 
     result = LabelsResult(facts, settings, data, template,
                           template is not None and GENERATION_TAG.search(template.source) is not None,
-                          markers, pad_id, pad_note, eos_id)
+                          markers, pad_id, pad_note, eos_id, _axolotl_ids(settings, template, eos_text, eos_id, vocab))
     if template is None and any(e.kind == "messages" or _chat_pc(e) for e in examples):
         raise InputError("the model has no chat template, so chat rows cannot be rendered",
                          "pass the template the trainer uses with --template FILE")
-    if settings.collator == "assistant-only":
+    if settings.collator in ("assistant-only", "axolotl"):
         plain = next((e for e in examples if e.kind != "messages" and not _chat_pc(e)), None)
         if plain is not None:
             raise InputError(f"{data}: example {plain.index} (line {plain.line}) is not a conversation; "
-                             "assistant-only loss needs chat rows",
+                             f"{settings.collator} loss needs chat rows",
                              "TRL refuses assistant_only_loss on non-conversational data too; use "
                              "--collator completion-only or full")
     eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]
@@ -302,6 +312,27 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
         if progress is not None:
             progress(min(start + _CHUNK, total), total)
     return result
+
+
+def _axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_text: str | None,
+                 eos_id: int | None, vocab) -> frozenset[int]:
+    """Axolotl's eot ids: `eot_tokens` (default `[eos_token]`); an entry other than the eos that
+    the template text does not contain is dropped; one that is several tokens is an error there."""
+    if settings.collator != "axolotl":
+        if settings.eot_tokens:
+            raise InputError("--eot-token applies to --collator axolotl only")
+        return frozenset()
+    texts = list(settings.eot_tokens or ([eos_text] if eos_text else []))
+    ids = set() if eos_id is None else {eos_id}
+    for text in texts:
+        if text != eos_text and (template is None or text not in template.source):
+            continue
+        token_id = vocab.is_single_token(text)
+        if token_id is None:
+            raise InputError(f"--eot-token {text!r} is not one token of this vocabulary",
+                             "Axolotl refuses it too (\"encoded as multiple tokens\")")
+        ids.add(token_id)
+    return frozenset(ids)
 
 
 def _bytes_bound_tokens(tokenizer) -> bool:
@@ -350,6 +381,10 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
             trained = any(e_start < g_end and e_end > g_start for g_start, g_end in p.generation)
         elif p.collator == "pad-id":
             trained = end_id != pad_id
+        elif p.collator == "axolotl":
+            if end_id in result.axolotl_ids and e_start != _c_end:
+                return None  # whitespace between: count the tokens (at most 3 apart)
+            trained = end_id in result.axolotl_ids
         else:
             trained = True
         spans.append(Span(message, None, None, end_id, trained, None if trained else _cause(p, end_id, pad_id, result)))
@@ -553,12 +588,33 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
                 trained = [i >= start for i in range(n)]
         elif p.collator == "pad-id":
             trained = [token != pad_id for token in ids]
+        elif p.collator == "axolotl":
+            trained = _axolotl_mask(p, ids, offsets, result.axolotl_ids, result.eos_id)
         else:
             trained = [True] * n
         kept = n if limit is None else min(n, limit)
         spans = list(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
         yield LabelledExample(p.example.index, p.example.kind, p.collator, p.text, tuple(ids[:kept]),
                               tuple(trained[:kept]), tuple(offsets[:kept]), n, tuple(spans), p.unlocated)
+
+
+def _axolotl_mask(p: _Prepared, ids, offsets, eot_ids: frozenset[int], eos_id: int | None) -> list[bool]:
+    """Axolotl `ChatTemplateStrategy._tokenize_single_prompt` with `train_on_eot`/`train_on_eos`
+    = "turn": the turn's content, then the first eot-token id and the first eos id found from
+    the content's end, each only if at most 3 tokens away."""
+    trained = [False] * len(ids)
+    for _message, c_start, c_end, _e_start, _e_end in p.turns:
+        content = _tokens_overlapping(offsets, c_start, c_end)
+        if not content:
+            continue  # Axolotl: an empty turn has no boundaries
+        for i in content:
+            trained[i] = True
+        turn_end = content[-1] + 1
+        for wanted in (eot_ids, {eos_id}):
+            found = next((i for i in range(turn_end, len(ids)) if ids[i] in wanted), None)
+            if found is not None and found - turn_end <= 3:
+                trained[found] = True
+    return trained
 
 
 def _tokens_overlapping(offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
@@ -628,6 +684,8 @@ def _cause(p: _Prepared, end_id: int, pad_id: int | None, result: LabelsResult) 
         return PAD_MASKED
     if p.collator == "assistant-only":
         return OUTSIDE_GENERATION if result.has_generation_markers else NO_GENERATION_MARKERS
+    if p.collator == "axolotl":
+        return NOT_AN_EOT_TOKEN if end_id not in result.axolotl_ids else OUTSIDE_TURN
     return OUTSIDE_COMPLETION
 
 

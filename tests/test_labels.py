@@ -14,6 +14,7 @@ from stopdoctor.api import check_labels, load
 from stopdoctor.labels import (
     ABSENT,
     NO_GENERATION_MARKERS,
+    NOT_AN_EOT_TOKEN,
     OUTSIDE_GENERATION,
     PAD_MASKED,
     SPLIT,
@@ -391,6 +392,10 @@ def test_label_dataset_reports_progress(synth_root):
     ("clean-llama2", "alternating", {"collator": "full", "max_length": 40}),
     ("chatml-on-llama3-vocab", "chat", {"collator": "full"}),
     ("never-closes-turn", "chat", {"collator": "full"}),
+    ("clean-chatml", "chat", {"collator": "axolotl"}),
+    ("qwen-base-with-template", "chat", {"collator": "axolotl"}),
+    ("clean-llama2", "alternating", {"collator": "axolotl"}),
+    ("clean-gemma", "alternating", {"collator": "axolotl", "eot_tokens": ("<end_of_turn>",)}),
 ])
 def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, case, rows, settings):
     """The command tokenizes only where the verdict needs it; the verdicts must not change."""
@@ -441,3 +446,24 @@ def test_gguf_pad_masking_points_at_the_gguf_key(real_gguf_models):
     assert finding.code == "SD602"
     assert finding.location.key == "tokenizer.ggml.padding_token_id"
     assert report.labels.failing(PAD_MASKED) == list(range(6))
+
+
+def test_axolotl_trains_only_its_eot_tokens(synth_root):
+    """Axolotl's defaults: eot_tokens = [eos_token]. A Qwen2.5 base model's eos is <|endoftext|>,
+    its ChatML template ends turns with <|im_end|>: never trained, until eot_tokens names it."""
+    report = _run(synth_root / "qwen-base-with-template", collator="axolotl")
+    assert {s.cause for s in report.labels.spans} == {NOT_AN_EOT_TOKEN}
+    (finding,) = report.findings
+    assert finding.code == "SD601" and 'eot_tokens: ["<|im_end|>"]' in finding.fix and finding.location is None
+    fixed = _run(synth_root / "qwen-base-with-template", collator="axolotl", eot_tokens=("<|im_end|>",))
+    assert fixed.findings == [] and fixed.labels.spans_ok == 7
+    first = fixed.labels.examples[0]
+    trained_text = "".join(first.text[s:e] for (s, e), t in zip(first.offsets, first.trained) if t)
+    assert trained_text == "The capital of France is Paris.<|im_end|>"
+    clean = _run(synth_root / "clean-chatml", collator="axolotl")
+    assert clean.findings == [] and clean.labels.spans_ok == 7
+
+
+def test_eot_token_needs_the_axolotl_collator(synth_root):
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(CHAT), "--eot-token", "<|im_end|>")
+    assert run.code == 2 and "--collator axolotl" in run.stderr

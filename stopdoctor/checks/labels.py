@@ -17,8 +17,10 @@ from ..analysis import Analysis
 from ..labels import (
     ABSENT,
     NO_GENERATION_MARKERS,
+    NOT_AN_EOT_TOKEN,
     OUTSIDE_COMPLETION,
     OUTSIDE_GENERATION,
+    OUTSIDE_TURN,
     PAD_MASKED,
     SPLIT,
     TRUNCATED,
@@ -53,12 +55,14 @@ def _end_text(result: LabelsResult, causes: tuple[str, ...]) -> str:
 
 @check("SD601", "end-of-turn-not-trained", Severity.ERROR)
 def end_of_turn_not_trained(analysis: Analysis, self: Check):
-    """Under assistant-only (or completion-only) loss the end-of-turn token is masked out of the labels.
+    """Under assistant-only, Axolotl or completion-only loss the end-of-turn token is masked out of the labels.
 
     What it checks:
     Builds the labels as `apply_chat_template(..., return_assistant_tokens_mask=True)` and TRL's
     `assistant_only_loss` do: only tokens overlapping a `{% generation %}...{% endgeneration %}`
-    block are trained. It looks at the token after each assistant message's content.
+    block are trained; or as Axolotl's `chat_template` strategy does: the turn's content, then the
+    first `eot_tokens` / eos id at most 3 tokens after it (`eot_tokens` defaults to the eos token).
+    It looks at the token after each assistant message's content.
 
     Why it matters:
     A template without generation markers gives an all-zero mask (transformers only warns once);
@@ -67,22 +71,25 @@ def end_of_turn_not_trained(analysis: Analysis, self: Check):
 
     Example:
     SmolLM2's ChatML template under `--collator assistant-only`: no `{% generation %}`, so
-    `<|im_end|>` (id 2) is masked in every example.
+    `<|im_end|>` (id 2) is masked in every example. Axolotl on a Qwen2.5 base model: eos and
+    so `eot_tokens` is `<|endoftext|>`, the ChatML template ends turns with `<|im_end|>`, which is
+    never trained.
 
     Fix:
     Use a training template whose generation block includes the end-of-turn, e.g.
     `{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}` (TRL swaps in such
     a template for the families it knows, `get_training_chat_template`), or train on the full
-    sequence.
+    sequence. For Axolotl, list the end-of-turn in `eot_tokens` (e.g. `eot_tokens: ["<|im_end|>"]`).
     """
     result = _labels(analysis)
     if result is None:
         return
-    causes = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION)
+    causes = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_EOT_TOKEN, OUTSIDE_TURN)
     share, indices, spans = _share(result, causes)
     if not spans:
         return
     end = _end_text(result, causes)
+    location = result.template.location if result.template else None
     marker = result.end_markers[0] if result.end_markers else "<end-of-turn>"
     generation_fix = ("wrap each assistant message and its end-of-turn in the template's generation block: "
                       f"{{% generation %}}{{{{ message['content'] + '{marker}' }}}}{{% endgeneration %}} "
@@ -94,11 +101,19 @@ def end_of_turn_not_trained(analysis: Analysis, self: Check):
     elif any(s.cause == OUTSIDE_GENERATION for s in result.spans):
         message = f"the template's {{% generation %}} block ends before {end}, so it is masked in {share}"
         fix = generation_fix
+    elif any(s.cause == NOT_AN_EOT_TOKEN for s in result.spans):
+        trained = ", ".join(result.token_text(i) for i in sorted(result.axolotl_ids)) or "nothing"
+        message = (f"Axolotl trains only eot_tokens / eos after a turn ({trained}), not {end}: it is masked "
+                   f"in {share}")
+        fix = f"set eot_tokens: [\"{marker}\"] in the Axolotl config (train_on_eot: turn)"
+        location = None  # the Axolotl config, not a model file
+    elif any(s.cause == OUTSIDE_TURN for s in result.spans):
+        message = f"{end} lies more than 3 tokens after the turn's content, where Axolotl stops looking, in {share}"
+        fix = "close the assistant turn with the end-of-turn right after its content in the template"
     else:
         message = f"the completion mask leaves {end} out of the completion in {share}"
         fix = "end each completion with the end-of-turn (or eos) token, inside the completion"
-    yield self.finding(message, fix, result.template.location if result.template else None,
-                       examples=indices, spans=spans, end_of_turn=end)
+    yield self.finding(message, fix, location, examples=indices, spans=spans, end_of_turn=end)
 
 
 @check("SD602", "pad-masks-eos", Severity.ERROR)

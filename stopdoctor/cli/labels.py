@@ -29,7 +29,8 @@ DataOpt = Annotated[Path, typer.Option(
     "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]
 CollatorOpt = Annotated[str, typer.Option(
     "--collator", help="How labels are built: auto (TRL's defaults), assistant-only ({% generation %} markers), "
-    "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token).")]
+    "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token), axolotl "
+    "(its chat_template strategy: turn content + eot_tokens).")]
 
 
 class _Progress:
@@ -84,6 +85,9 @@ def labels(
     template: Annotated[Path | None, typer.Option(
         "--template", help="Render chat rows with this template file instead of the model's (e.g. a training "
         "template with {% generation %} markers).", show_default=False)] = None,
+    eot_token: Annotated[list[str] | None, typer.Option(
+        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token).",
+        show_default=False)] = None,
     show: Annotated[int, typer.Option("--show", help="Print the first N examples token by token with their label state.")] = 0,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
@@ -108,7 +112,8 @@ def labels(
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
-                             pad_token=pad_token, template=chosen, tokenize_first=max(0, show))
+                             pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
+                             eot_tokens=tuple(eot_token) if eot_token else None)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner

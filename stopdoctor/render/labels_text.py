@@ -30,6 +30,8 @@ CAUSE_TEXT = {
     "no-generation-markers": "masked: the template has no {% generation %} markers",
     "outside-generation": "masked: outside the template's {% generation %} block",
     "outside-completion": "masked: outside the completion",
+    "not-an-eot-token": "masked: not in Axolotl's eot_tokens (nor the eos)",
+    "outside-turn": "masked: more than 3 tokens after the turn (Axolotl)",
     "pad-masked": "masked: it is the pad id",
     "truncated": "truncated away by --max-length",
     "absent": "absent: no end-of-turn / eos in the text",
