@@ -11,6 +11,7 @@ import pytest
 
 from stopdoctor.analysis import analyze
 from stopdoctor.api import check_labels, load
+from stopdoctor.errors import StopdoctorError
 from stopdoctor.labels import (
     ABSENT,
     NO_GENERATION_MARKERS,
@@ -467,3 +468,19 @@ def test_axolotl_trains_only_its_eot_tokens(synth_root):
 def test_eot_token_needs_the_axolotl_collator(synth_root):
     run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(CHAT), "--eot-token", "<|im_end|>")
     assert run.code == 2 and "--collator axolotl" in run.stderr
+
+
+@pytest.mark.parametrize("collator", ["full", "pad-id", "axolotl"])
+def test_realworld_verdicts_without_ids_match_the_tokenized_ones(realworld, tmp_path, collator):
+    data = _rows_file(tmp_path, ALTERNATING)
+    checked = 0
+    for folder in sorted(p for p in realworld.iterdir() if (p / "tokenizer.json").is_file()):
+        try:
+            tokenized = _run(folder, data, collator=collator, max_length=40)
+        except StopdoctorError:
+            continue  # no template, a template that rejects the rows, a broken file
+        lazy = _run(folder, data, collator=collator, max_length=40, tokenize_first=0)
+        assert [(s.message, s.end_id, s.trained, s.cause) for s in lazy.labels.spans] == \
+            [(s.message, s.end_id, s.trained, s.cause) for s in tokenized.labels.spans], folder.name
+        checked += 1
+    assert checked >= 2
