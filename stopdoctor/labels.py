@@ -119,6 +119,7 @@ class LabelledExample:
     full_length: int | None  # before truncation; None when not tokenized
     spans: tuple[Span, ...]
     unlocated: int = 0  # assistant messages whose content the template does not write verbatim
+    line: int = 0  # in the data file
 
     @property
     def tokenized(self) -> bool:
@@ -389,7 +390,7 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
             trained = True
         spans.append(Span(message, None, None, end_id, trained, None if trained else _cause(p, end_id, pad_id, result)))
     return LabelledExample(p.example.index, p.example.kind, p.collator, p.text, (), (), (), None, tuple(spans),
-                           p.unlocated)
+                           p.unlocated, p.example.line)
 
 
 def _markers_for(template: ChatTemplate, specials: dict[str, str], vocab) -> list[str]:
@@ -595,7 +596,7 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
         kept = n if limit is None else min(n, limit)
         spans = list(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
         yield LabelledExample(p.example.index, p.example.kind, p.collator, p.text, tuple(ids[:kept]),
-                              tuple(trained[:kept]), tuple(offsets[:kept]), n, tuple(spans), p.unlocated)
+                              tuple(trained[:kept]), tuple(offsets[:kept]), n, tuple(spans), p.unlocated, p.example.line)
 
 
 def _axolotl_mask(p: _Prepared, ids, offsets, eot_ids: frozenset[int], eos_id: int | None) -> list[bool]:

@@ -328,6 +328,7 @@ def test_cli_json_document(synth_root):
     assert doc["causes"]["no-generation-markers"] == {"spans": 7, "examples": list(range(6))}
     assert doc["causes"]["pad-masked"] == {"spans": 0, "examples": []}
     assert doc["failing_examples"] == list(range(6))
+    assert doc["failures"][0] == {"index": 0, "line": 1, "causes": ["no-generation-markers"]}
     assert doc["examples"] == {"read": 6, "checked": 6, "ok": 0, "share_ok": 0.0}
     assert doc["template"]["generation_markers"] is False
     assert [f["code"] for f in doc["findings"]] == ["SD601"]

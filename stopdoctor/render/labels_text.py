@@ -192,6 +192,8 @@ def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
                   "unlocated": sum(e.unlocated for e in result.examples)},
         "causes": {cause: causes.get(cause, {"spans": 0, "examples": []}) for cause in CAUSES},
         "failing_examples": failing,
+        "failures": [{"index": e.index, "line": e.line, "causes": sorted({s.cause for s in e.spans if s.cause})}
+                     for e in result.examples if not e.ok],
         "shown": [_example_json(e, result) for e in result.examples[:max(0, show)]],
         "findings": [finding(f) for f in report.findings],
         "summary": summary(report.findings),
