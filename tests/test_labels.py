@@ -485,3 +485,28 @@ def test_realworld_verdicts_without_ids_match_the_tokenized_ones(realworld, tmp_
             [(s.message, s.end_id, s.trained, s.cause) for s in tokenized.labels.spans], folder.name
         checked += 1
     assert checked >= 2
+
+
+SNAPSHOTS = {
+    "labels-chatml-ok-assistant-only.txt": ["labels", "fixtures/examples/chatml-ok", "--data", "fixtures/labels/chat.jsonl",
+                                            "--collator", "assistant-only", "--show", "1"],
+    "labels-chatml-ok-max-length.json": ["labels", "--json", "fixtures/examples/chatml-ok", "--data",
+                                         "fixtures/labels/chat.jsonl", "--max-length", "60", "--show", "1"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SNAPSHOTS))
+def test_snapshot(name, monkeypatch):
+    """Fixed width, colour off, version redacted; STOPDOCTOR_UPDATE_SNAPSHOTS=1 regenerates."""
+    import os
+
+    from stopdoctor import __version__
+
+    monkeypatch.chdir(ROOT)
+    run = cli(*SNAPSHOTS[name], env={"NO_COLOR": "1", "COLUMNS": "100"})
+    assert run.code in (0, 1), run.stderr
+    text = run.stdout.replace(__version__, "<version>")
+    path = ROOT / "tests" / "snapshots" / name
+    if os.environ.get("STOPDOCTOR_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text()
