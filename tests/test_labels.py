@@ -303,6 +303,17 @@ def test_oracle_trl_sft_trainer(synth_root, tmp_path):
     assert [_labels(e) for e in ours.examples] == theirs["labels"]
     assert ours.spans_ok == 2
 
+    # every family: full-sequence and completion-only labels of the alternating conversations
+    pc = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in ALTERNATING]
+    for family in ("llama2", "llama3", "gemma", "mistral", "phi3", "zephyr"):
+        folder = synth_root / f"clean-{family}"
+        ours = _run(folder, _rows_file(tmp_path, ALTERNATING), collator="full", max_length=24).labels
+        theirs = _trl_dataset(folder, ALTERNATING, max_length=24)
+        assert [_labels(e) for e in ours.examples] == theirs["labels"], family
+        ours = _run(folder, _rows_file(tmp_path, pc)).labels
+        theirs = _trl_dataset(folder, pc)
+        assert [_labels(e) for e in ours.examples] == theirs["labels"], family
+
 
 # --------------------------------------------------------------------------------------------
 # Command line
