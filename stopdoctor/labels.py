@@ -371,7 +371,7 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
     None when some end-of-turn is not an added token: the caller tokenizes."""
     vocab = result.facts.vocab
     spans = []
-    for message, _c_start, _c_end, e_start, e_end in p.turns:
+    for message, c_start, c_end, e_start, e_end in p.turns:
         if e_start is None:
             spans.append(Span(message, None, None, None, False, ABSENT))
             continue
@@ -383,8 +383,8 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
         elif p.collator == "pad-id":
             trained = end_id != pad_id
         elif p.collator == "axolotl":
-            if end_id in result.axolotl_ids and e_start != _c_end:
-                return None  # whitespace between: count the tokens (at most 3 apart)
+            if end_id in result.axolotl_ids and (e_start != c_end or c_start == c_end):
+                return None  # whitespace between (at most 3 tokens apart?) or an empty turn: tokenize
             trained = end_id in result.axolotl_ids
         else:
             trained = True
