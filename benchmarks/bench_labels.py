@@ -10,8 +10,8 @@ training template (generation markers around content + <|im_end|>).
 Also times the default (`auto` = full-sequence) run on the model's own template. The baseline
 needs transformers; stopdoctor does not.
 
-Run: python benchmarks/bench_labels.py [MODEL_DIR] [N]
-Defaults to $STOPDOCTOR_TEST_MODELS/smollm2-hf and N = 10000.
+Run: python benchmarks/bench_labels.py [MODEL_DIR] [N] [REPEATS]
+Defaults to $STOPDOCTOR_TEST_MODELS/smollm2-hf, N = 10000, REPEATS = 3 (alternated, best of each).
 """
 
 from __future__ import annotations
@@ -52,18 +52,31 @@ def main() -> None:
     default = Path(os.environ.get("STOPDOCTOR_TEST_MODELS", Path.home() / ".cache" / "stopdoctor" / "test-models")) / "smollm2-hf"
     model = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
+    repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     rows = conversations(n)
     source = TEMPLATE.read_text()
+    template = ChatTemplate(TEMPLATE.name, source, Location(TEMPLATE.name))
+    from transformers import AutoTokenizer
+
+    def baseline_run():
+        tokenizer = AutoTokenizer.from_pretrained(str(model))
+        return tokenizer, [tokenizer.apply_chat_template(r["messages"], chat_template=source, tokenize=True,
+                                                         return_dict=True, return_assistant_tokens_mask=True)
+                           for r in rows]
+
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-        template = ChatTemplate(TEMPLATE.name, source, Location(TEMPLATE.name))
         # as the command runs it: ids built only where the verdict needs them (tokenize_first=0)
         settings = LabelSettings(collator="assistant-only", template=template, tokenize_first=0)
-        start = time.perf_counter()
-        report = check_labels(str(model), str(data), settings)
-        ours = time.perf_counter() - start
+        ours_times, baseline_times = [], []
+        for _ in range(repeats):  # alternated, so both see the same load on a shared machine
+            start = time.perf_counter()
+            report = check_labels(str(model), str(data), settings)
+            ours_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            tokenizer, outs = baseline_run()
+            baseline_times.append(time.perf_counter() - start)
         result = report.labels
 
         start = time.perf_counter()
@@ -75,13 +88,6 @@ def main() -> None:
         sample.write_text("".join(json.dumps(r) + "\n" for r in rows[:500]))
         tokenized = check_labels(str(model), str(sample), LabelSettings(collator="assistant-only", template=template))
 
-    from transformers import AutoTokenizer
-
-    start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    outs = [tokenizer.apply_chat_template(r["messages"], chat_template=source, tokenize=True, return_dict=True,
-                                          return_assistant_tokens_mask=True) for r in rows]
-    baseline = time.perf_counter() - start
     masks = [o["assistant_masks"] for o in outs]
     ids_list = [o["input_ids"] for o in outs]
     agree = all([int(t) for t in e.trained] == m for e, m in zip(tokenized.labels.examples, masks))
@@ -91,14 +97,19 @@ def main() -> None:
         sum(s.trained for s in e.spans) == sum(1 for i, m in zip(ids, mask) if i == eot and m)
         for e, ids, mask in zip(result.examples, ids_list, masks)
     )
+    ours, baseline = min(ours_times), min(baseline_times)
+    ratios = sorted(b / o for o, b in zip(ours_times, baseline_times))
 
-    print(f"model: {model}  examples: {n} two-turn conversations")
+    print(f"model: {model}  examples: {n} two-turn conversations  runs: {repeats} (alternated; best shown)")
     print(f"stopdoctor labels --collator assistant-only --template {TEMPLATE.name}: {ours:.2f} s "
-          f"({result.spans_ok}/{len(result.spans)} end-of-turns trained, findings: {[f.code for f in report.findings]})")
+          f"(all: {', '.join(f'{t:.2f}' for t in ours_times)}; {result.spans_ok}/{len(result.spans)} "
+          f"end-of-turns trained, findings: {[f.code for f in report.findings]})")
     print(f"stopdoctor labels --max-length 2048 (auto = full sequence, model template): {ours_default:.2f} s "
           f"(findings: {[f.code for f in default_report.findings]})")
-    print(f"baseline apply_chat_template(return_assistant_tokens_mask=True) loop: {baseline:.2f} s")
-    print(f"speed-up: {baseline / ours:.1f}x  masks identical (first 500, tokenized): {agree}  "
+    print(f"baseline apply_chat_template(return_assistant_tokens_mask=True) loop: {baseline:.2f} s "
+          f"(all: {', '.join(f'{t:.2f}' for t in baseline_times)})")
+    print(f"speed-up: {baseline / ours:.1f}x best vs best, {ratios[len(ratios) // 2]:.1f}x median of paired runs  "
+          f"masks identical (first 500, tokenized): {agree}  "
           f"verdicts agree with the baseline masks (all {n}): {verdicts}")
 
 
