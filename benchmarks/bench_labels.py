@@ -30,8 +30,9 @@ from stopdoctor.model import ChatTemplate, Location
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "fixtures" / "labels" / "chatml-generation.jinja"
-WORDS = ("the model stops when it writes the end of turn token and a runtime is told to stop on it "
-         "otherwise it keeps going and writes another user turn by itself which is the bug").split()
+_PHRASE = ("the model stops when it writes the end of turn token and a runtime is told to stop on it "
+           "otherwise it keeps going and writes another user turn by itself which is the bug")
+WORDS = tuple(_PHRASE.split(" "))
 
 
 def _sentence(rng: random.Random, low: int, high: int) -> str:

@@ -35,8 +35,8 @@ chat rows without (`apply_chat_template` renders them itself). TRL appends `eos_
 completions that do not end with it (`add_eos`); a plain transformers loop does not, hence
 `append_eos`. Truncation keeps the start (`truncation_mode="keep_start"`, transformers' default).
 
-Imports: facts, analysis (end-of-turn), sandbox, errors; `tokenizers` through the vocabulary.
-Never transformers or torch.
+Imports: model, facts, analysis (the end-of-turn: `analyze(...).end_of_turn[*].text`), sandbox,
+errors; `tokenizers` through the vocabulary. Never transformers or torch.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from typing import Any
 from .analysis import Analysis
 from .errors import InputError, TemplateError
 from .facts import ModelFacts
-from .model import ChatTemplate, Location
+from .model import ChatTemplate
 from .sandbox import render_chat
 
 COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl")
@@ -277,7 +277,7 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
         raise InputError(f"--pad-token {settings.pad_token!r} is not a token of this vocabulary", None)
 
     if settings.template is not None:
-        markers = _markers_for(settings.template, specials, vocab)
+        markers = _markers_for(facts, settings.template)
     else:
         markers = [e.text for e in analysis.end_of_turn]
     if eos_text and eos_text not in markers:
@@ -393,10 +393,15 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
                            p.unlocated, p.example.line)
 
 
-def _markers_for(template: ChatTemplate, specials: dict[str, str], vocab) -> list[str]:
-    from .turns import find_end_of_turn
+def _markers_for(facts: ModelFacts, template: ChatTemplate) -> list[str]:
+    """The end-of-turn of another template: the model's analysis, with that template as its only one."""
+    import copy
 
-    return [m.text for m in find_end_of_turn(template.source, specials, list(vocab.special_tokens))]
+    from .analysis import analyze
+
+    other = copy.copy(facts)
+    other.templates = [ChatTemplate("default", template.source, template.location)]
+    return [e.text for e in analyze(other).end_of_turn]
 
 
 def _plain_tokenizer(tokenizer):
@@ -688,7 +693,3 @@ def _cause(p: _Prepared, end_id: int, pad_id: int | None, result: LabelsResult) 
     if p.collator == "axolotl":
         return NOT_AN_EOT_TOKEN if end_id not in result.axolotl_ids else OUTSIDE_TURN
     return OUTSIDE_COMPLETION
-
-
-def template_location(result: LabelsResult) -> Location | None:
-    return result.template.location if result.template is not None else None

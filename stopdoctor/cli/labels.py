@@ -53,7 +53,13 @@ class _Progress:
                 self.said = True
             return
         if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             from ..render.console import make_console
 
@@ -107,8 +113,8 @@ def labels(
         raise InputError("--limit must be at least 1")
     chosen = None
     if template is not None:
-        from ..model import ChatTemplate
         from ..facts import load_text
+        from ..model import ChatTemplate
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
