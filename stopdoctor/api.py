@@ -86,3 +86,37 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
     vocabulary = model_vocabulary(model, revision) if model else None
     report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
     return LogsResult(report, logs_findings(report))
+
+
+def labels_findings(analysis: Analysis, labels) -> list[Finding]:
+    """Run the SD6xx checks on a labelled dataset (`stopdoctor.labels.LabelsResult`), attached to
+    a copy of the analysis as the serving checks get theirs."""
+    wrapped = copy.copy(analysis)
+    wrapped.labels = labels  # type: ignore[attr-defined]
+    return run_checks(wrapped, prefix="SD6")
+
+
+@dataclass(frozen=True)
+class LabelsReport:
+    source: ModelSource
+    facts: ModelFacts
+    analysis: Analysis
+    labels: object  # stopdoctor.labels.LabelsResult
+    findings: list[Finding]
+
+
+def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
+                 progress=None) -> LabelsReport:
+    """`stopdoctor labels`: build the training labels of a dataset and check its end-of-turns."""
+    return check_labels_of(load(spec, revision), data, settings, limit, progress)
+
+
+def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
+                    progress=None) -> LabelsReport:
+    """`check_labels` on a model already loaded."""
+    from .labels import LabelSettings, label_dataset, load_examples
+
+    analysis = analyze(facts)
+    examples = load_examples(data, limit)
+    labels = label_dataset(facts, analysis, examples, str(data), settings or LabelSettings(), progress)
+    return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))

@@ -253,9 +253,25 @@ class _TemplateNamespace(jinja2.utils.Namespace):
             )
 
 
+class _GenerationRecorder:
+    """Collects the character spans `{% generation %}` blocks write, as transformers'
+    AssistantTracker does for `return_assistant_tokens_mask`: a block's start is the length of
+    everything the top-level template yielded before it (so, as there, a block inside a macro
+    or a `{% set %}` block is placed where that block's output is yielded, not where it lands)."""
+
+    __slots__ = ("offset", "spans")
+
+    def __init__(self) -> None:
+        self.offset = 0  # characters yielded so far; kept current by CompiledTemplate.render
+        self.spans: list[tuple[int, int]] = []
+
+
+_RECORDER: ContextVar[_GenerationRecorder | None] = ContextVar("stopdoctor_generation_recorder", default=None)
+
+
 class _GenerationExtension(jinja2.ext.Extension):
     """`{% generation %}...{% endgeneration %}`: renders its body unchanged, as transformers'
-    AssistantTracker does when no assistant mask is requested."""
+    AssistantTracker does; records the body's character span when a render asks for it."""
 
     tags = {"generation"}
 
@@ -268,7 +284,11 @@ class _GenerationExtension(jinja2.ext.Extension):
 
     @jinja2.pass_eval_context
     def _generation_support(self, context: Any, caller: Any) -> str:
-        return caller()
+        body = caller()
+        recorder = _RECORDER.get()
+        if recorder is not None:
+            recorder.spans.append((recorder.offset, recorder.offset + len(body)))
+        return body
 
 
 class _LimitsExtension(jinja2.ext.Extension):
@@ -529,10 +549,15 @@ class CompiledTemplate:
     source: str
     _template: jinja2.Template = field(repr=False, compare=False)
 
-    def render(self, variables: Mapping[str, Any], limits: RenderLimits = RenderLimits()) -> str:
-        """Render with exactly these template variables, within `limits`."""
+    def render(self, variables: Mapping[str, Any], limits: RenderLimits = RenderLimits(),
+               generation_spans: list[tuple[int, int]] | None = None) -> str:
+        """Render with exactly these template variables, within `limits`. When
+        `generation_spans` is a list, the (start, end) character span of every
+        `{% generation %}` block is appended to it."""
         budget = _Budget(limits, time.monotonic() + limits.max_seconds, limits.max_work_chars)
         token = _ACTIVE.set(budget)
+        recorder = _GenerationRecorder() if generation_spans is not None else None
+        recorder_token = _RECORDER.set(recorder)
         chunks: list[str] = []
         total = 0
         generator = self._template.generate(**variables)
@@ -546,6 +571,8 @@ class CompiledTemplate:
                     )
                 budget.tick()
                 chunks.append(chunk)
+                if recorder is not None:
+                    recorder.offset = total
         except _LimitExceeded as exc:  # from the tick() above, outside the template
             raise _convert(exc) from exc
         except TemplateError:
@@ -554,7 +581,10 @@ class CompiledTemplate:
             raise _convert(exc) from exc
         finally:
             generator.close()
+            _RECORDER.reset(recorder_token)
             _ACTIVE.reset(token)
+        if recorder is not None:
+            generation_spans.extend(recorder.spans)
         return "".join(chunks)
 
 
@@ -643,6 +673,7 @@ def render_chat(
     special_tokens: Mapping[str, str] | None = None,
     extra: Mapping | None = None,
     limits: RenderLimits = RenderLimits(),
+    generation_spans: list[tuple[int, int]] | None = None,
 ) -> str:
     """Render `messages` as `tokenizer.apply_chat_template(messages, tokenize=False, ...)` would.
 
@@ -650,6 +681,8 @@ def render_chat(
     template variables, and `extra` entries override them (as apply_chat_template's kwargs do).
     `continue_final_message` (True, or the name of the field to continue) leaves the final message
     open: whatever the template writes after its content is cut off.
+    `generation_spans`, when a list, receives the character span of every `{% generation %}`
+    block (transformers' `return_assistant_tokens_mask` spans; not with continue_final_message).
     """
     compiled = compile_template(source, limits)
     if not isinstance(messages, (list, tuple)) or not messages:
@@ -663,6 +696,9 @@ def render_chat(
         raise InputError("tools must be JSON-schema dicts", "convert functions to schemas first")
     if documents is not None and not all(isinstance(doc, dict) for doc in documents):
         raise InputError("documents must be dicts with 'title' and 'text' keys", None)
+    if continue_final_message and generation_spans is not None:
+        raise InputError("continue_final_message cannot be combined with generation spans",
+                         "transformers refuses it with return_assistant_tokens_mask too")
     clash = _RESERVED & set(extra or {})
     if clash:
         raise InputError(f"extra template variables clash with {sorted(clash)}", None)
@@ -715,6 +751,7 @@ def render_chat(
             "add_generation_prompt": add_generation_prompt,
         },
         limits,
+        generation_spans,
     )
 
     if continue_final_message:

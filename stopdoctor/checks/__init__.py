@@ -99,4 +99,4 @@ REGISTRY["SD000"] = Check(
     lambda analysis, check: (),
 )
 
-from . import expect, kind, logs, serving, stops, template  # noqa: E402,F401  (registers the checks)
+from . import expect, kind, labels, logs, serving, stops, template  # noqa: E402,F401  (registers the checks)

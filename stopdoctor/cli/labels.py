@@ -1,0 +1,144 @@
+"""`stopdoctor labels`: will fine-tuning on this dataset teach the model to stop?"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import (
+    ColorOpt,
+    FailOnOpt,
+    JsonOpt,
+    ModelArg,
+    RevisionOpt,
+    app,
+    color_for_stdout,
+    emit,
+    handles_errors,
+    parse_severity,
+    say,
+    width_for_stdout,
+    working,
+)
+
+DataOpt = Annotated[Path, typer.Option(
+    "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]
+CollatorOpt = Annotated[str, typer.Option(
+    "--collator", help="How labels are built: auto (TRL's defaults), assistant-only ({% generation %} markers), "
+    "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token), axolotl "
+    "(its chat_template strategy: turn content + eot_tokens).")]
+
+
+class _Progress:
+    """A progress bar on stderr, shown only once the work has run for a second (a plain line
+    when stderr is not a terminal)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.started = time.monotonic()
+        self.bar = None
+        self.task = None
+        self.said = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if time.monotonic() - self.started < 1.0 or done >= total and self.bar is None:
+            return
+        if not sys.stderr.isatty():
+            if not self.said:
+                say(f"stopdoctor: {self.what} ({total} examples)…")
+                self.said = True
+            return
+        if self.bar is None:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            from ..render.console import make_console
+
+            self.bar = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                console=make_console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@app.command()
+@handles_errors
+def labels(
+    model: ModelArg,
+    data: DataOpt,
+    collator: CollatorOpt = "auto",
+    limit: Annotated[int | None, typer.Option("--limit", help="Read only the first N examples.", show_default=False)] = None,
+    max_length: Annotated[int | None, typer.Option(
+        "--max-length", help="The training sequence length: examples are truncated to it (keeping the start).",
+        show_default=False)] = None,
+    append_eos: Annotated[bool, typer.Option(
+        "--append-eos", help="Append eos to texts and completions that lack it, as TRL's SFTTrainer does.")] = False,
+    pad_token: Annotated[str | None, typer.Option(
+        "--pad-token", help="Use this pad token instead of the tokenizer's (to try a fix).", show_default=False)] = None,
+    template: Annotated[Path | None, typer.Option(
+        "--template", help="Render chat rows with this template file instead of the model's (e.g. a training "
+        "template with {% generation %} markers).", show_default=False)] = None,
+    eot_token: Annotated[list[str] | None, typer.Option(
+        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token).",
+        show_default=False)] = None,
+    show: Annotated[int, typer.Option("--show", help="Print the first N examples token by token with their label state.")] = 0,
+    revision: RevisionOpt = None,
+    json: JsonOpt = False,
+    fail_on: FailOnOpt = "error",
+    color: ColorOpt = None,
+) -> int:
+    """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
+    threshold = parse_severity(fail_on)
+    from ..api import check_labels_of, load
+    from ..errors import InputError
+    from ..labels import COLLATORS, LabelSettings
+    from ..report import exit_code
+
+    if collator not in COLLATORS:
+        raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    chosen = None
+    if template is not None:
+        from ..facts import load_text
+        from ..model import ChatTemplate
+
+        chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
+    settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
+                             pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
+                             eot_tokens=tuple(eot_token) if eot_token else None)
+    with working(f"reading {model}…"):
+        facts = load(model, revision)
+    progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
+    try:
+        report = check_labels_of(facts, str(data), settings, limit, progress)
+    finally:
+        progress.close()
+    if json:
+        from ..render.labels_text import render_labels_json
+
+        emit(render_labels_json(report, show))
+    else:
+        from ..render.labels_text import render_labels_human
+
+        emit(render_labels_human(report, show, color=color_for_stdout(color), width=width_for_stdout()))
+    return exit_code(report.findings, threshold)
+
+
+def _location(path: Path):
+    from ..model import Location
+
+    return Location(path.name)
