@@ -31,23 +31,10 @@ for _folder in TEMP_FOLDERS:
 
 pytest_plugins = ["tests.realmodels_fixture"]
 
+from fixtures.templates import find_realworld  # noqa: E402  (the repo root is on sys.path now)
 
-
-def _find_realworld() -> Path:
-    """../shared/realworld of the development setup. CI runs in a fresh clone in another folder
-    with shared/ laid beside it, so look beside every ancestor, not only the parent;
-    STOPDOCTOR_REALWORLD names it explicitly."""
-    explicit = os.environ.get("STOPDOCTOR_REALWORLD")
-    if explicit:
-        return Path(explicit)
-    for parent in ROOT.parents:
-        candidate = parent / "shared" / "realworld"
-        if candidate.is_dir():
-            return candidate
-    return ROOT.parent / "shared" / "realworld"
-
-
-REALWORLD = _find_realworld()
+# CI lays shared/ beside a fresh clone in another folder: looked for beside every ancestor
+REALWORLD = find_realworld()
 
 
 @pytest.fixture(scope="session")

@@ -37,8 +37,15 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         out.print(f"  template  {escape(names)}")
     else:
         out.print("  template  [yellow]none[/]")
+    style = analysis.turns.style if analysis.turns is not None else "token"
     for marker in analysis.end_of_turn:
         form = "one special token" if marker.single_special else (f"{len(marker.ids)} ordinary tokens" if marker.known else "unknown to this vocabulary")
+        if marker.kind == "header":
+            form = f"nothing closes the turn: the next turn's header, {form}"
+        elif marker.kind == "text":
+            form = "only whitespace closes the turn: stop on the next header's text"
+        elif style == "only-when-followed":
+            form += "; written only when another turn follows"
         out.print(f"  end of turn  {escape(visible(marker.text))} → ids {list(marker.ids)} ({form})")
     if facts.templates and not analysis.end_of_turn:
         out.print("  end of turn  [red]none: nothing follows assistant content[/]")
@@ -48,19 +55,24 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
         out.print(f"    {stops.runtime:<12} {parts}{unsure}")
     out.print()
+    print_findings(out, result.findings, unfinished)
+    return text_of(out)
+
+
+def print_findings(out, findings, unfinished: str | None = None) -> None:
+    """The findings block every report ends with: each finding with its fix, then the counts."""
     if unfinished is not None:
         out.print(f"[red]not fully checked:[/] {escape(unfinished)}")
-    elif not result.findings:
+    elif not findings:
         out.print("[green]No findings.[/]")
-    for f in result.findings:
+    for f in findings:
         where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
         out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}")
         out.print(f"        {escape(f.message)}")
         out.print(f"        [green]fix:[/] {escape(f.fix)}")
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in Severity}
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
     out.print()
     out.print(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info")
-    return text_of(out)
 
 
 def render_rules_human(checks: list[Check], color: bool = False, width: int = 100, detail: bool = False) -> str:

@@ -19,8 +19,8 @@ from rich.text import Text
 
 from ..api import LabelsReport
 from ..labels import CAUSES, LabelledExample, LabelsResult
-from ..report import Severity
 from .console import capture, text_of
+from .human import print_findings
 from .inspect_json import finding, header, location, summary
 
 SCHEMA = "stopdoctor.labels/1"
@@ -37,7 +37,6 @@ CAUSE_TEXT = {
     "absent": "absent: no end-of-turn / eos in the text",
     "split": "several ordinary tokens",
 }
-_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 def _percent(part: int, whole: int) -> str:
@@ -133,14 +132,7 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
         out.print(f"  [red]{cause:<22}[/] {counts['spans']} end token(s) in {len(indices)} example(s): {shown}")
 
     out.print()
-    for f in report.findings:
-        where = f"  {f.location}" if f.location else ""
-        out.print(f"[{_SEVERITY_STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code} {escape(f.name)}[/]{escape(where)}")
-        out.print(f"        {escape(f.message)}")
-        out.print(f"        [green]fix:[/] {escape(f.fix)}")
-        out.print()
-    counts = summary(report.findings)
-    out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+    print_findings(out, report.findings)
     return text_of(out)
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from ..api import LogsResult
 from ..report import Severity
 from .console import capture, text_of
-from .human import STYLE, visible
+from .human import print_findings, visible
 from .inspect_json import finding as finding_document
 from .inspect_json import header, summary
 
@@ -90,16 +90,7 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
                 out.print(f"      {escape(example.file)}:{example.line}{model}{detail}")
                 out.print(f"        │ {escape(visible(example.excerpt))}")
     out.print()
-    if not result.findings:
-        out.print("[green]No findings.[/]")
-    for f in result.findings:
-        where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
-        out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}")
-        out.print(f"        {escape(f.message)}")
-        out.print(f"        [green]fix:[/] {escape(f.fix)}")
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in Severity}
-    out.print()
-    out.print(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info")
+    print_findings(out, result.findings)
     return text_of(out)
 
 
