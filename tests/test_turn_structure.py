@@ -352,3 +352,13 @@ def test_serving_fix_never_suggests_an_unsafe_stop(real_models, tmp_path):
     modelfile.write_text(f"FROM {real_models.gemma_gguf}\n")
     for finding in serving_findings(analysis, load_serving(modelfile)):
         assert finding.evidence.get("end_of_turn") != "\n"
+
+
+def test_tokenizer_eos_missing_from_the_vocabulary_is_a_finding(tmp_path):
+    folder = _folder(tmp_path, "chatml")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|not_in_vocab|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "special_tokens_map.json").unlink()
+    findings = [f for f in inspect_model(str(folder)).findings if f.code == "SD103"]
+    assert any("<|not_in_vocab|>" in f.message and f.location.file == "tokenizer_config.json" for f in findings)

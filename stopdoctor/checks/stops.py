@@ -166,6 +166,14 @@ def eos_id_invalid(analysis: Analysis, self: Check):
     """
     facts = analysis.facts
     vocab = facts.vocab
+    # a tokenizer eos whose text the (complete) vocabulary lacks: no id can ever be generated for it
+    if vocab.complete:
+        for declared in facts.declared_for("eos"):
+            if declared.id is None and declared.text and declared.location.file in ("tokenizer_config.json", "special_tokens_map.json"):
+                yield self.finding(
+                    f"{declared.location} is {declared.text!r}, which is not in the vocabulary: the tokenizer has no eos id",
+                    "set eos_token to a token of this vocabulary (the template's end-of-turn or the model's eos)",
+                    declared.location, text=declared.text)
     # the tokenizer's eos text is an independent witness of "the end token" (a GGUF has none:
     # its eos id is the very declaration under test)
     end_ids = {d.id for d in tokenizer_eos(facts)} | analysis.end_of_turn_ids
