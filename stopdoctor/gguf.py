@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import accumulate, repeat
@@ -161,24 +161,29 @@ class LazyStrings(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.to_list())
 
-    def last_index_of(self, text: str) -> int | None:
-        """The last index whose string is exactly `text` (llama.cpp's token_to_id keeps the last),
-        found by searching the raw bytes: no need to decode a 262k vocabulary for a few lookups."""
+    def last_indices(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → the last index whose string is exactly it (llama.cpp's token_to_id keeps the
+        last). Only strings of a wanted byte length and first byte are decoded: a few lookups
+        in a 262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
+        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t}
+        if not wanted or not len(self._starts):
+            return {}
         if self._items is not None:
-            found = [i for i, item in enumerate(self._items) if item == text]
-            return found[-1] if found else None
-        if not len(self._starts):
-            return None
-        raw = text.encode("utf-8", "surrogatepass")
-        needle = _U64.pack(len(raw)) + raw
-        found_at = None
-        position = self._buffer.find(needle, int(self._starts[0]), self._end)
-        while position >= 0:
-            index = int(np.searchsorted(self._starts, position))
-            if index < len(self._starts) and int(self._starts[index]) == position:
-                found_at = index
-            position = self._buffer.find(needle, position + 1, self._end)
-        return found_at
+            texts = set(wanted.values())
+            return {item: i for i, item in enumerate(self._items) if item in texts}
+        data = np.frombuffer(self._buffer, dtype=np.uint8)
+        starts = self._starts.astype(np.int64)
+        lengths = np.append(starts[1:], self._end) - starts - 8
+        firsts = data[np.minimum(starts + 8, len(data) - 1)]
+        mask = (np.isin(lengths, sorted({len(raw) for raw in wanted}))
+                & np.isin(firsts, np.array(sorted({raw[0] for raw in wanted}), dtype=np.uint8)))
+        found: dict[str, int] = {}
+        for index in np.flatnonzero(mask).tolist():
+            start = int(starts[index]) + 8
+            raw = self._buffer[start: start + int(lengths[index])]
+            if raw in wanted:
+                found[wanted[raw]] = index
+        return found
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LazyStrings):

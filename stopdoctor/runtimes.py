@@ -149,10 +149,14 @@ def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
     def in_vocab(stops: list[StopId]) -> list[StopId]:  # llama.cpp ignores a key out of the vocabulary
         return [s for s in stops if size is None or 0 <= s.id < size]
 
+    every_text = LLAMA_CPP_EOG_TEXTS + LLAMA_CPP_EOT_TEXTS + LLAMA_CPP_EOM_TEXTS + tuple(
+        t for texts in LLAMA_CPP_FIM_EOG_TEXTS.values() for t in texts)
+    ids_by_text = vocab.exact_ids(dict.fromkeys(every_text))
+
     def by_text(texts: tuple[str, ...], why: str, first_only: bool) -> list[StopId]:
         found = []
         for text in texts:
-            token_id = vocab.exact_id(text)
+            token_id = ids_by_text.get(text)
             if token_id is not None:
                 found.append(StopId(token_id, text, Location(why)))
                 if first_only:

@@ -63,13 +63,13 @@ class Vocabulary:
             return self._gguf_index().get(text)
         return found
 
-    def exact_id(self, text: str) -> int | None:
-        """The id of the token whose text is exactly `text`, ordinary tokens included (how
+    def exact_ids(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → id of the token whose text is exactly it, ordinary tokens included (how
         llama.cpp looks tokens up by text); a GGUF vocabulary is searched without decoding it."""
         tokens = self._gguf_tokens
-        if tokens is not None and hasattr(tokens, "last_index_of"):
-            return tokens.last_index_of(text)
-        return self.id_of(text)
+        if tokens is not None and hasattr(tokens, "last_indices"):
+            return tokens.last_indices(texts)
+        return {text: token_id for text in texts if (token_id := self.id_of(text)) is not None}
 
     def text_of(self, token_id: int) -> str | None:
         if token_id in self.by_id:
