@@ -27,7 +27,6 @@ from . import (
     emit,
     handles_errors,
     message_pairs,
-    say,
     width_for_stdout,
     working,
 )
