@@ -15,6 +15,7 @@ this whole reader's own work on a small model) and not torch.
 from __future__ import annotations
 
 import mmap
+import stat
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -289,6 +290,8 @@ def read_header(path: str | Path) -> GGUFHeader:
     """Parse the header of the GGUF file at `path`; raise InputError if it is not a readable GGUF."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a named pipe would block, a device never end
+            raise InputError(f"{path}: cannot read the file (not a regular file but a folder, pipe or device).")
         with open(path, "rb") as file:
             size = file.seek(0, 2)
             if size == 0:
@@ -541,8 +544,10 @@ def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
         tokenizer_dict[name] = value
     try:
         backend, _ = convert_gguf_tokenizer(header.architecture or "", tokenizer_dict)
-    except ValueError as error:  # an unsupported tokenizer.ggml.model
-        raise InputError(f"{header.path}: cannot build its tokenizer: {error}") from None
+    except Exception as error:  # noqa: BLE001 - an unsupported model type, merges naming no token, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{header.path}: cannot build its tokenizer from the GGUF vocabulary: {first}",
+                         hint="llama.cpp rejects such a vocabulary too; re-convert the model") from None
     _set_bos_eos(backend, header)
     return backend
 

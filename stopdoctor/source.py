@@ -66,7 +66,7 @@ def _folder(spec: str, root: Path, kind: str, revision: str | None = None) -> Mo
     if named.is_dir():
         for template in sorted(named.glob("*.jinja")):
             files[f"{NAMED_TEMPLATE_DIR}/{template.name}"] = template
-    ggufs = sorted(root.glob("*.gguf"))
+    ggufs = sorted(p for p in root.glob("*.gguf") if p.is_file())  # a named pipe would block the read
     if not (files.keys() - {"README.md"}):
         if len(ggufs) == 1:
             return ModelSource(spec=spec, kind="gguf", root=root, files={ggufs[0].name: ggufs[0]})
