@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, TemplateError
-from .facts import ModelFacts, load_json, load_text
+from .facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
 from .model import ChatTemplate, Location
+from .vocab import lone_surrogate
 
 # Used when the user gives no messages (the CLI says so on stderr).
 SAMPLE_CONVERSATION: list[dict[str, str]] = [
@@ -34,6 +35,8 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
 
 # A template line quoted in an error message is cut to this many characters.
 _QUOTED_LINE_CHARS = 100
+# Stop strings are markers of a few characters; each is encoded in a dozen contexts.
+MAX_STOP_CHARS = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,25 +59,29 @@ def load_conversations(path: str | Path) -> list[list[dict]]:
     """Read messages: a JSON list of messages (one conversation), a JSON list of such lists, an
     object with "messages", or JSONL with one conversation (list or {"messages": [...]}) a line."""
     path = Path(path)
-    text = load_text(path, path.name)
+    text = load_text(path, path.name, max_bytes=MAX_JSON_BYTES)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+        data = parse_json(text, path.name, hint=None)
+    except InputError as error:
+        if not isinstance(error.__cause__, json.JSONDecodeError):
+            raise
         conversations = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            where = f"{path.name} line {number}"
             try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{path.name}: line {number} is not JSON: {exc.msg}",
-                    hint="give a JSON list of messages, or JSONL with one conversation a line",
-                ) from exc
-            conversations.append(_conversation(item, f"{path.name} line {number}"))
+                item = parse_json(line, where, hint=None)
+            except InputError as line_error:
+                if isinstance(line_error.__cause__, json.JSONDecodeError):
+                    raise InputError(
+                        f"{path.name}: line {number} is not JSON: {line_error.__cause__.msg}",
+                        hint="give a JSON list of messages, or JSONL with one conversation a line",
+                    ) from line_error
+                raise
+            conversations.append(_conversation(item, where))
         if not conversations:
-            raise InputError(f"{path.name}: holds no conversation")
+            raise InputError(f"{path.name}: holds no conversation") from None
         return conversations
     if isinstance(data, list) and data and all(isinstance(item, (list, dict)) for item in data) and all(
         isinstance(item, list) or "messages" in item for item in data
@@ -431,11 +438,6 @@ def template_stop_candidates(user_header: str, special_texts: Sequence[str]) -> 
     return out
 
 
-def _contains_run(haystack: Sequence[int], needle: Sequence[int]) -> bool:
-    n = len(needle)
-    return n == 0 or any(list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
-
-
 def probe_model(
     facts: ModelFacts,
     stops: Sequence[str],
@@ -448,7 +450,7 @@ def probe_model(
     own turn endings; with `from_template`, also the stop strings its user header suggests.
     `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
     from .analysis import analyze
-    from .probe import SAMPLE_ANSWERS, probe_stop
+    from .probe import SAMPLE_ANSWERS, contains_run, probe_stop
 
     tokenizer = facts.vocab.tokenizer()
     notes: list[str] = []
@@ -478,6 +480,14 @@ def probe_model(
         raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
     if any(not s for s in candidates):
         raise InputError("an empty stop string cannot be probed")
+    for stop in candidates:
+        if (char := lone_surrogate(stop)) is not None:
+            shown = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"\\u{ord(char):04x}"
+            raise InputError(f"stop string {stop.encode('utf-8', 'backslashreplace').decode()[:60]!r} is not UTF-8 text ({shown})",
+                             hint="give the stop as UTF-8 text; the tokenizer cannot encode anything else")
+        if len(stop) > MAX_STOP_CHARS:
+            raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
+                             hint="stop strings are short markers such as '\\nUser:'")
 
     probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
                         turn_endings=turn_endings, user_header=user_header)
@@ -490,7 +500,7 @@ def probe_model(
         contexts = []
         for ctx in probe.contexts:
             full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
-            contexts.append(ContextResult(ctx, _contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
+            contexts.append(ContextResult(ctx, contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
         reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
     return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
 
