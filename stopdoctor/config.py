@@ -163,7 +163,7 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, prefix: str)
 def _model_spec(spec: str, folder: Path) -> str:
     # Relative to the config file when it names something there; otherwise a hub id (org/name).
     local = folder / Path(spec).expanduser()
-    return str(local) if local.exists() else spec
+    return str(local) if _exists(local) else spec
 
 
 def _expectation(entry: dict[str, Any], path: Path, where: str) -> Expectation | None:
@@ -291,7 +291,14 @@ def _entry_for(spec: str, settings: Settings) -> ModelEntry:
 
 def _same_model_key(spec: str) -> str:
     path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
+    return str(path.resolve()) if _exists(path) else spec
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system names nothing there
+        return False
 
 
 def load_settings(*, config: Path | None = None, cwd: Path | None = None,

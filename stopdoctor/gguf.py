@@ -116,6 +116,8 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _ARRAY_HEAD = struct.Struct("<IQ")  # element type, element count
 _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
+# The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
+_MAX_STRINGS = 4_000_000
 _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once, bigger ones on first use
 _SEPARATOR = "\x00" * 8  # see _decode_strings
 
@@ -404,6 +406,8 @@ class _Parser:
             return values
         if element_type == GGUFValueType.STRING:
             self.need(count * 8, f"an array of {count} strings")
+            if count > _MAX_STRINGS:  # each string costs an 8-byte offset here, and more once decoded
+                raise self.fail(f"an array of {count} strings is more than the {_MAX_STRINGS} a header can hold")
             starts, end = self.walk_strings(count)
             self.pos = end
             if count <= _EAGER_STRINGS:

@@ -201,6 +201,8 @@ def _vllm_yaml_settings(path: Path, text: str) -> dict[str, Setting]:
         raise InputError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from exc
     except RecursionError as exc:
         raise InputError(f"{path}: YAML nested too deeply") from exc
+    except ValueError as exc:  # an integer longer than int() converts
+        raise InputError(f"{path}: invalid YAML: {str(exc).splitlines()[0] if str(exc) else 'a value that cannot be read'}") from exc
     except _YamlTooBig as exc:
         raise InputError(f"{path}: {exc}", hint="a vLLM config is a short mapping of option names to values") from exc
     if data is None:
@@ -235,11 +237,14 @@ def _bounded_yaml_loader(yaml: Any) -> type:
 
 def _count_nodes(yaml: Any, root: Any) -> None:
     sizes: dict[int, int] = {}  # expanded size of each node already counted
+    open_nodes: set[int] = set()  # nodes whose children are being counted
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
         if id(node) in sizes:
             continue
+        if not children_done and id(node) in open_nodes:
+            raise _YamlTooBig("an alias refers to a value that contains it (a recursive value)")
         if isinstance(node, yaml.ScalarNode):
             sizes[id(node)] = 1
             continue
@@ -249,7 +254,9 @@ def _count_nodes(yaml: Any, root: Any) -> None:
             if total > MAX_YAML_NODES:
                 raise _YamlTooBig(f"its aliases expand to more than {MAX_YAML_NODES} values (an alias bomb)")
             sizes[id(node)] = total
+            open_nodes.discard(id(node))
             continue
+        open_nodes.add(id(node))
         stack.append((node, True))
         stack.extend((child, False) for child in children if id(child) not in sizes)
 
@@ -268,7 +275,9 @@ def _vllm_config(path: Path, text: str, settings: dict[str, Setting], model: Set
     generation = settings.get("--generation-config") or Setting("auto", "--generation-config (default)")
     template = settings.get("--chat-template")
     if template is not None:
-        template = Setting(_template_text(path, str(template.value)), template.key)
+        if not isinstance(template.value, str):
+            raise InputError(f"{path}: {template.key} must be a string (a template file or the template itself)")
+        template = Setting(_template_text(path, template.value), template.key)
     return ServingConfig("vllm", path, text, model=model, template=template, generation_config=generation,
                          override_generation_config=override, options=settings)
 
@@ -288,9 +297,16 @@ def _template_text(path: Path, value: str) -> str:
 def _resolve_relative(path: Path, value: str) -> Path | None:
     candidate = Path(value).expanduser()
     for option in ([candidate] if candidate.is_absolute() else [Path.cwd() / candidate, path.parent / candidate]):
-        if option.is_file():
+        if _is(option, Path.is_file):
             return option
     return None
+
+
+def _is(path: Path, test: Any) -> bool:
+    try:
+        return test(path)
+    except OSError:  # a value too long to be a file name (an inline template, say) names no file
+        return False
 
 
 LLAMACPP_VALUE_FLAGS = ("-m", "--model", "--chat-template", "--chat-template-file", "--override-kv", "-r",
@@ -538,7 +554,7 @@ def _vllm_stops(analysis: Analysis, serving: ServingConfig) -> ServingStops:
 def _resolve_folder(path: Path, value: str) -> Path | None:
     candidate = Path(value).expanduser()
     for option in ([candidate] if candidate.is_absolute() else [Path.cwd() / candidate, path.parent / candidate]):
-        if option.is_dir():
+        if _is(option, Path.is_dir):
             return option
     return None
 

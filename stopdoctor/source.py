@@ -32,6 +32,14 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]
 
 
 def resolve(spec: str, revision: str | None = None) -> ModelSource:
+    try:
+        return _resolve(spec, revision)
+    except OSError as exc:  # a name too long for the file system, a loop of links, …
+        shown = spec if len(spec) <= 80 else spec[:77] + "..."
+        raise InputError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _resolve(spec: str, revision: str | None) -> ModelSource:
     path = Path(spec).expanduser()
     if path.is_dir():
         return _folder(spec, path, "folder")
