@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InputError, TemplateError
 from .facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
@@ -149,8 +150,10 @@ def template_from_file(path: Path) -> ChatTemplate:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PromptToken:
+class PromptToken(NamedTuple):
+    """One token of a rendered prompt. A tuple, not a dataclass: a 2M-character prompt can have
+    over a million of them, and a tuple is built several times faster."""
+
     index: int
     id: int
     text: str  # the decoded piece (what the token writes), not the vocabulary form
@@ -186,7 +189,7 @@ class RenderedPrompt:
     continue_final_message: bool
     text: str
     ids: list[int] | None  # None when the model has no tokenizer to encode with
-    tokens: list[PromptToken]
+    tokens: Sequence[PromptToken]  # a PromptTokens when encoded
     special_spans: list[SpecialSpan]
     bos: BosReport
     notes: list[str] = field(default_factory=list)
@@ -242,18 +245,65 @@ def _spans_by_text(text: str, specials: Sequence[str]) -> list[SpecialSpan]:
     return spans
 
 
-def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], list[PromptToken]]:
+def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], Sequence[PromptToken]]:
     """Encode as apply_chat_template(tokenize=True) does: add_special_tokens=False."""
     tokenizer = facts.vocab.tokenizer()
     encoding = tokenizer.encode(text, add_special_tokens=False)
     added = tokenizer.get_added_tokens_decoder()
-    tokens = []
-    for index, (token_id, (start, end)) in enumerate(zip(encoding.ids, encoding.offsets)):
+    ids = encoding.ids
+    # (piece, special) per distinct id: a long prompt repeats ids, and each decode is a call into Rust
+    known: dict[int, tuple[str, bool]] = {}
+    for token_id in set(ids):
         entry = added.get(token_id)
         special = bool(entry is not None and entry.special) or facts.vocab.is_special(token_id)
         piece = entry.content if entry is not None else tokenizer.decode([token_id], skip_special_tokens=False)
-        tokens.append(PromptToken(index, token_id, piece, special, start, end))
-    return list(encoding.ids), tokens
+        known[token_id] = (piece, special)
+    spans = array("q", (offset for span in encoding.offsets for offset in span))
+    return list(ids), PromptTokens(ids, spans, known)
+
+
+class PromptTokens(Sequence[PromptToken]):
+    """The tokens of a prompt, each built when asked for: a 2M-character prompt can have over a
+    million, and a list of them would take ~400 MB; this keeps ids, spans and one entry per distinct id."""
+
+    def __init__(self, ids: list[int], spans: array, known: dict[int, tuple[str, bool]]) -> None:
+        self._ids = ids
+        self._spans = spans  # start, end of each token, flattened
+        self._known = known
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        token_id = self._ids[index]
+        piece, special = self._known[token_id]
+        return PromptToken(index, token_id, piece, special, self._spans[2 * index], self._spans[2 * index + 1])
+
+    def __iter__(self) -> Iterator[PromptToken]:
+        known, spans = self._known, self._spans
+        for index, token_id in enumerate(self._ids):
+            piece, special = known[token_id]
+            yield PromptToken(index, token_id, piece, special, spans[2 * index], spans[2 * index + 1])
+
+    def special(self) -> Iterator[PromptToken]:
+        """Only the special tokens (without building the others)."""
+        for index, token_id in enumerate(self._ids):
+            if self._known[token_id][1]:
+                yield self[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<PromptTokens: {len(self)} tokens>"
 
 
 def _bos_report(facts: ModelFacts, text: str, special_tokens: dict[str, str]) -> BosReport:
@@ -290,10 +340,10 @@ def render_prompt(
                         continue_final_message=continue_final_message, tools=tools)
     notes: list[str] = []
     ids: list[int] | None = None
-    tokens: list[PromptToken] = []
+    tokens: Sequence[PromptToken] = []
     if tokenize and _has_tokenizer(facts):
         ids, tokens = encode_prompt(facts, text)
-        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens if t.special]
+        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens.special()]
     else:
         if tokenize:
             notes.append("no tokenizer.json (nor GGUF vocabulary): token ids are not shown")
