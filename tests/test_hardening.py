@@ -411,3 +411,49 @@ def test_a_200_mb_config_json_is_refused_unread(model, tmp_path):
 def test_a_16_mb_config_of_empty_arrays_is_refused_before_parsing(model):
     text = '{"eos_token_id": 2, "x": [' + ",".join(["[]"] * 5_000_000) + "]}"
     one_line_exit_2(cli("inspect", model(**{"config.json": text})), "config.json", "JSON arrays/objects")
+
+
+# --- found by tests/fuzz.py -----------------------------------------------------------------------
+
+
+def test_recursive_yaml_alias(model, tmp_path):
+    config = write(tmp_path, "vllm.yaml", "a: &a [1, *a]\nmodel: *a\n")
+    started = time.monotonic()
+    one_line_exit_2(cli("check", model(), "--serving", config), "vllm.yaml", "recursive")
+    assert time.monotonic() - started < 20
+
+
+def test_yaml_integer_of_5000_digits_and_a_non_string_template(model, tmp_path):
+    one_line_exit_2(cli("check", model(), "--serving", write(tmp_path, "a.yaml", "max-model-len: 1" + "0" * 5000 + "\n")), "a.yaml")
+    one_line_exit_2(cli("check", model(), "--serving", write(tmp_path, "b.yaml", "chat-template: [1, 2]\n")),
+                    "b.yaml", "must be a string")
+
+
+def test_names_too_long_for_the_file_system(model, tmp_path):
+    one_line_exit_2(cli("inspect", "a" * 5000), "cannot be read")
+    one_line_exit_2(cli("check", "a/" * 3000), "cannot be read")
+    serving = write(tmp_path, "serve.sh", "vllm serve m --chat-template " + "x" * 5000 + "\n")
+    one_line_exit_2(cli("check", model(), "--serving", serving), "chat template file")
+
+
+def test_render_of_a_prompt_with_a_million_tokens(model):
+    """A template may write up to 2M characters; rendering and encoding that stays bounded."""
+    folder = model(**{"chat_template.jinja": "{{ 'x' * 1000000 }}" + CHATML})
+    started = time.monotonic()
+    run = cli("render", folder, "-m", "user", "hi", "--ids")
+    assert run.code == 0, run.stderr
+    assert "more tokens (--json lists every one)" in run.stdout
+    assert time.monotonic() - started < 60
+
+
+def test_prompt_tokens_behave_as_a_list(model):
+    from stopdoctor.api import load
+    from stopdoctor.prompt import encode_prompt
+
+    ids, tokens = encode_prompt(load(model()), "<|im_start|>user\nhi<|im_end|>\n")
+    as_list = list(tokens)
+    assert len(tokens) == len(ids) == len(as_list)
+    assert tokens[0] == as_list[0] and tokens[-1] == as_list[-1] and tokens[1:3] == as_list[1:3]
+    assert [t.id for t in tokens] == ids
+    assert [t for t in tokens if t.special] == list(tokens.special())
+    assert tokens == as_list
