@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MAX_SECONDS = 20.0  # a case still running then is a hang (template renders stop at 10 s in all)
+MAX_SECONDS = 25.0  # a case still running then is a hang (template renders stop at 10 s in all)
 MAX_RSS_MB = 500  # peak resident memory of a run, as a fresh `stopdoctor` process would have it
 # A child starts with this process's resident pages; a fresh `stopdoctor` process has about this many
 # MB resident after its imports. A parent grown beyond (pytest after other tests) raises the limit.
