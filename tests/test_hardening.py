@@ -457,3 +457,19 @@ def test_prompt_tokens_behave_as_a_list(model):
     assert [t.id for t in tokens] == ids
     assert [t for t in tokens if t.special] == list(tokens.special())
     assert tokens == as_list
+
+
+def test_a_template_limit_reached_inside_a_check_is_exit_2_not_sd000(model, monkeypatch):
+    """The command's render deadline can pass during a check's own render (SD205 renders too)."""
+    import dataclasses
+
+    from stopdoctor.checks import REGISTRY
+    from stopdoctor.sandbox import TemplateLimitError
+
+    def slow(analysis, check):
+        raise TemplateLimitError("chat template stopped: rendering the template took more than 10 s in all")
+
+    monkeypatch.setitem(REGISTRY, "SD205", dataclasses.replace(REGISTRY["SD205"], function=slow))
+    one_line_exit_2(cli("inspect", model()), "took more than 10 s in all")
+    run = cli("check", model())
+    assert run.code == 2 and "SD000" not in run.stdout, (run.stdout, run.stderr)
