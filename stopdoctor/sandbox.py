@@ -11,7 +11,11 @@ What lives here:
 - Limits on top of transformers' sandbox: template size, wall-clock time, size of every value and
   output buffer, and a total string-work budget. They are checked from hooks the template cannot
   avoid (every call, attribute/item access, arithmetic operator, loop iteration, output append),
-  so no thread or signal is needed to stop a hostile template.
+  so no thread or signal is needed to stop a hostile template. Results that can outgrow their
+  inputs (indent, replace, join, format, expandtabs, tojson(indent), str() of a container) are
+  sized before they are built; one Python call the clock cannot interrupt must not build gigabytes.
+- `render_deadline`: one wall-clock budget shared by every render inside it (a command renders a
+  template many times; RenderLimits.max_total_seconds).
 
 Imports: jinja2 and the standard library only, plus `stopdoctor.errors`. Never transformers or torch:
 this module is on the static `inspect` / `render` / `probe-stop` path.
