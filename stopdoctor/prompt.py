@@ -9,7 +9,7 @@ template did not write; a template that writes `bos_token` while the tokenizer a
 doubles BOS when the text is encoded again with special tokens on (`tokenizer(text)`, or a
 llama.cpp server given the rendered text) — `RenderedPrompt.bos` says when that would happen.
 
-Imports: model, errors, facts, vocab, sandbox, analysis, probe, api (the tokenizer comes from the
+Imports: model, errors, facts, vocab, sandbox, turns, analysis, probe (the tokenizer comes from the
 vocabulary, i.e. the `tokenizers` library). Never transformers or torch: this is the static path.
 """
 
