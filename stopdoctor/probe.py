@@ -36,6 +36,7 @@ DEFAULT_CONTEXTS: dict[str, str] = {
 }
 
 EXCERPT_RADIUS = 30
+MAX_FALSE_POSITIVES = 10_000  # matches listed per stop string
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,12 @@ def _probe_context(
 
 
 def _find_false_positives(stop: str, corpus: Sequence[tuple[str, str]]) -> list[FalsePositive]:
-    found = []
+    """The matches of `stop` in the corpus, the first MAX_FALSE_POSITIVES of them (a 64 MB corpus of
+    one repeated word would otherwise make millions of excerpts)."""
+    found: list[FalsePositive] = []
     for name, text in corpus:
         at = text.find(stop)
-        while at >= 0:
+        while at >= 0 and len(found) < MAX_FALSE_POSITIVES:
             lo, hi = max(0, at - EXCERPT_RADIUS), min(len(text), at + len(stop) + EXCERPT_RADIUS)
             found.append(FalsePositive(sample=name, excerpt=text[lo:hi], offset=at))
             at = text.find(stop, at + 1)

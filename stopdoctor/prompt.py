@@ -38,6 +38,7 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
 _QUOTED_LINE_CHARS = 100
 # Stop strings are markers of a few characters; each is encoded in a dozen contexts.
 MAX_STOP_CHARS = 4096
+MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,7 +560,7 @@ def read_corpus(path: str | Path) -> tuple[str, str]:
     """A plain-text file of answers, searched as one sample (so stops that span blank lines are
     found too); each match is listed with its offset and an excerpt."""
     path = Path(path)
-    return (path.name, load_text(path, path.name))
+    return (path.name, load_text(path, path.name, max_bytes=MAX_CORPUS_BYTES))
 
 
 def parse_escapes(text: str) -> str:

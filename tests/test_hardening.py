@@ -473,3 +473,16 @@ def test_a_template_limit_reached_inside_a_check_is_exit_2_not_sd000(model, monk
     one_line_exit_2(cli("inspect", model()), "took more than 10 s in all")
     run = cli("check", model())
     assert run.code == 2 and "SD000" not in run.stdout, (run.stdout, run.stderr)
+
+
+def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
+    from stopdoctor.probe import MAX_FALSE_POSITIVES
+
+    corpus = write(tmp_path, "answers.txt", "User: " * 1_000_000)
+    started = time.monotonic()
+    run = cli("probe-stop", "User:", "--model", model(), "--corpus", corpus, "--json")
+    assert run.code == 0, run.stderr
+    assert len(run.json()["stops"][0]["false_positives"]) == MAX_FALSE_POSITIVES
+    assert time.monotonic() - started < 60
+    big = write(tmp_path, "big.txt", "x" * 17_000_000)
+    one_line_exit_2(cli("probe-stop", "User:", "--model", model(), "--corpus", big), "big.txt", "larger than the 16 MB")
