@@ -294,7 +294,7 @@ def test_a_million_entry_eos_list_is_refused_at_once(model):
 def test_lipsum_is_refused_before_it_runs(model):
     started = time.monotonic()
     one_line_exit_2(cli("inspect", model(**{"chat_template.jinja": "{{ lipsum(2000000) }}" + CHATML})), "lipsum")
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 15
 
 
 def test_one_deadline_for_all_of_inspects_renders(synth_root):
@@ -312,7 +312,7 @@ def test_one_deadline_for_all_of_inspects_renders(synth_root):
     with pytest.raises(TemplateError, match="took more than 0.5 s in all"):
         with render_deadline(RenderLimits(max_total_seconds=0.5)):
             analyze(facts)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10
 
 
 def test_probe_stop_with_a_long_stop_string(model):
@@ -331,7 +331,7 @@ def test_contains_run_is_linear():
     assert contains_run(hay, [1, 2] * 20_000)
     assert not contains_run(hay, [1, 2] * 20_000 + [3])
     assert contains_run([5, 1, 1, 2], [1, 2]) and not contains_run([1, 3, 2], [1, 2]) and contains_run([], [])
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
@@ -385,7 +385,7 @@ def test_template_values_are_capped_before_they_are_built(template, expected):
     started = time.monotonic()
     with pytest.raises(TemplateLimitError, match=expected):
         render_chat(template, [{"role": "user", "content": "hi"}])
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # ~0.01-1 s; generous for a loaded runner
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mb < 100, grown_mb
 
