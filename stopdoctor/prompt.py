@@ -534,7 +534,11 @@ def probe_model(
     for stop in candidates:
         if (char := lone_surrogate(stop)) is not None:
             shown = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"\\u{ord(char):04x}"
-            raise InputError(f"stop string {stop.encode('utf-8', 'backslashreplace').decode()[:60]!r} is not UTF-8 text ({shown})",
+            try:  # the bytes as given: surrogateescape undoes how Python decoded argv
+                given = stop.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a lone surrogate that no byte made (a \ud800 escape)
+                given = stop.encode("utf-8", "backslashreplace")
+            raise InputError(f"stop string \"{given.decode('utf-8', 'backslashreplace')[:60]}\" is not UTF-8 text ({shown})",
                              hint="give the stop as UTF-8 text; the tokenizer cannot encode anything else")
         if len(stop) > MAX_STOP_CHARS:
             raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
