@@ -15,6 +15,7 @@ from .facts import ModelFacts, load_facts
 from .model import ModelSource
 from .report import Finding
 from .runtimes import primary_runtime
+from .sandbox import render_deadline
 from .serving import ServingConfig
 from .source import resolve
 
@@ -56,8 +57,10 @@ def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding
 
 def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
     facts = load(spec, revision)
-    analysis = analyze(facts)
-    return InspectResult(facts.source, facts, analysis, run_checks(analysis))
+    with render_deadline():  # one time limit for all of inspect's template renders
+        analysis = analyze(facts)
+        findings = run_checks(analysis)
+    return InspectResult(facts.source, facts, analysis, findings)
 
 
 @dataclass(frozen=True)

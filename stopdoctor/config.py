@@ -25,6 +25,7 @@ from typing import Any
 from .checks import REGISTRY, Check
 from .checks.expect import KINDS, Expectation, expecting
 from .errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError
+from .facts import load_text
 from .report import Finding, Severity, exit_code
 
 try:  # the SD4xx serving checks register on import; select/ignore and SARIF rules must see them
@@ -33,7 +34,8 @@ except ModuleNotFoundError as _missing:
     if _missing.name != f"{__package__}.checks.serving":
         raise
 
-CONFIG_NAMES = ("stopdoctor.toml", "pyproject.toml")  # first match per directory wins
+CONFIG_NAMES = ("stopdoctor.toml", "pyproject.toml")
+MAX_CONFIG_BYTES = 4_000_000  # a pyproject.toml is a few kB  # first match per directory wins
 FORMATS = ("human", "json", "sarif", "junit", "github")
 ENV_PREFIX = "STOPDOCTOR_"
 # A selector is a code prefix ("SD", "SD1", "SD203") or a check name ("pad-is-eos").
@@ -76,30 +78,35 @@ def find_config(start: Path) -> Path | None:
         if own.is_file():
             return own
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "stopdoctor" in _read_toml(pyproject).get("tool", {}):
-            return pyproject
+        if pyproject.is_file():
+            tool = _read_toml(pyproject).get("tool")
+            if isinstance(tool, dict) and "stopdoctor" in tool:
+                return pyproject
     return None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    text = load_text(path, str(path), max_bytes=MAX_CONFIG_BYTES)  # a regular file, UTF-8, small
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as error:
-        raise InputError(f"{path}: cannot read: {error.strerror or error}") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"{path}: not valid TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: is not UTF-8 text (byte {error.start})") from None
+    except RecursionError:
+        raise InputError(f"{path}: TOML nested too deeply") from None
+    except ValueError as error:  # an integer longer than int() converts
+        raise InputError(f"{path}: not valid TOML: {str(error).splitlines()[0]}") from None
 
 
 def read_config(path: Path) -> Settings:
     """The settings one file declares; relative paths in it are relative to its folder."""
     document = _read_toml(path)
     if path.name == "pyproject.toml":
-        table = document.get("tool", {}).get("stopdoctor")
+        tool = document.get("tool", {})
+        table = tool.get("stopdoctor") if isinstance(tool, dict) else None
         if table is None:
             raise InputError(f"{path}: has no [tool.stopdoctor] table")
+        if not isinstance(table, dict):
+            raise InputError(f"{path}: tool.stopdoctor must be a table ([tool.stopdoctor]), found {type(table).__name__}")
         prefix = "tool.stopdoctor."
     else:
         table, prefix = document, ""
@@ -159,7 +166,7 @@ def _model_spec(spec: str, folder: Path) -> str:
         raise InputError(f"{folder}: an empty model path in the stopdoctor configuration",
                          hint="name a model folder, a .gguf file or a hub id")
     local = folder / Path(spec).expanduser()
-    return str(local) if local.exists() else spec
+    return str(local) if _exists(local) else spec
 
 
 def _expectation(entry: dict[str, Any], path: Path, where: str) -> Expectation | None:
@@ -315,7 +322,14 @@ def _merge_expectations(first: Expectation | None, second: Expectation | None) -
 
 def _same_model_key(spec: str) -> str:
     path = Path(spec).expanduser()
-    return str(path.resolve()) if path.exists() else spec
+    return str(path.resolve()) if _exists(path) else spec
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system names nothing there
+        return False
 
 
 def load_settings(*, config: Path | None = None, cwd: Path | None = None,

@@ -8,6 +8,9 @@ Imports: model, errors, vocab, gguf.
 from __future__ import annotations
 
 import json
+import re
+import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +24,23 @@ from .vocab import (
     read_added_tokens_json,
     mark_declared_special,
     read_gguf_vocab,
+    lone_surrogate,
     read_tokenizer_file,
 )
 
 ROLES = ("bos", "eos", "pad", "unk", "eot", "eom")
-# Config files larger than this are not model configuration (tokenizer.json of big vocabularies
-# reaches ~35 MB); refusing protects the memory of a CI runner from a hostile folder.
-MAX_JSON_BYTES = 256 * 1024 * 1024
-MAX_TEXT_BYTES = 64 * 1024 * 1024
+# Config files larger than this are not model configuration (real ones stay under a few MB;
+# tokenizer.json, read by the tokenizers library, has its own cap in vocab.py); refusing protects
+# the memory of a CI runner from a hostile folder.
+MAX_JSON_BYTES = 16_000_000
+MAX_TEXT_BYTES = 64_000_000
+# json.loads builds ~70 bytes per array/object from 2-3 bytes of text: 16 MB of `[],[],…` would
+# cost 370 MB. A real tokenizer_config.json with 256k added tokens holds ~260k objects.
+MAX_JSON_CONTAINERS = 2_000_000
+# Model cards: only the YAML front matter at the top is read.
+MAX_CARD_CHARS = 256 * 1024
+# Each declared id costs a vocabulary lookup and appears in findings; real lists hold < 10.
+MAX_DECLARED_IDS = 1024
 # Nested configs of composite models (vision-language, encoder-decoder) that carry the text
 # model's ids; transformers' GenerationConfig.from_model_config looks at the same names.
 NESTED_TEXT_CONFIGS = ("text_config", "decoder", "generator", "language_config", "llm_config", "language")
@@ -122,39 +134,85 @@ class ModelFacts:
 # --- reading -------------------------------------------------------------------------------
 
 
-def load_json(path: Path, name: str) -> Any:
+def _read_regular(path: Path, name: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`. Anything else (a named pipe or a device
+    would block or never end) is refused before it is opened."""
     try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise InputError(f"{name}: {size / 1e6:.0f} MB is too large for a configuration file")
-        raw = path.read_bytes()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{name}: is not a regular file (a pipe, socket or device)", hint="give a file")
+        if info.st_size > max_bytes:
+            raise InputError(f"{name}: {info.st_size / 1e6:.1f} MB is larger than the {max_bytes / 1e6:.0f} MB {what} can be")
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)  # the file may have grown since stat
     except OSError as exc:
         raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
+    if len(raw) > max_bytes:
+        raise InputError(f"{name}: is larger than the {max_bytes / 1e6:.0f} MB {what} can be")
+    return raw
+
+
+def load_json(path: Path, name: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    raw = _read_regular(path, name, max_bytes, "a configuration file")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
+    del raw
+    return parse_json(text, name)
+
+
+def parse_json(text: str, name: str, hint: str | None = "runtimes fail to load this file too; fix the JSON syntax") -> Any:
+    """json.loads for untrusted files: every way it can fail is one InputError, and what it builds
+    stays small (a bounded count of arrays/objects, no lone surrogates)."""
+    containers = text.count("[") + text.count("{")  # an upper bound: brackets inside strings count too
+    if containers > MAX_JSON_CONTAINERS:
+        raise InputError(f"{name}: holds about {containers} JSON arrays/objects, more than the "
+                         f"{MAX_JSON_CONTAINERS} a configuration file can have")
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-            hint="runtimes fail to load this file too; fix the JSON syntax",
-        ) from exc
+        raise InputError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", hint=hint) from exc
     except RecursionError as exc:
         raise InputError(f"{name}: JSON nested too deeply") from exc
+    except ValueError as exc:  # an integer of more digits than int() converts (sys.get_int_max_str_digits)
+        raise InputError(f"{name}: holds an integer of more than {sys.get_int_max_str_digits()} digits",
+                         hint="no configuration value needs an integer that long") from exc
+    if _SURROGATE_ESCAPE.search(text) and (found := _lone_surrogate(value)) is not None:
+        where, char = found
+        raise InputError(f"{name}: {where} holds a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
+                         hint="runtimes cannot encode it either; write the character itself or a valid surrogate pair")
+    return value
+
+
+# "\\uD800".."\\uDFFF" in the JSON text: only then can the parsed value hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any) -> tuple[str, str] | None:
+    """(key path, character) of the first string or key in `value` holding a lone surrogate."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if (char := lone_surrogate(item)) is not None:
+                return where or "a value", char
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and (char := lone_surrogate(key)) is not None:
+                    return f"a key of {where or 'the document'}", char
+                stack.append((child, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
 
 
 def load_text(path: Path, name: str, max_bytes: int = MAX_TEXT_BYTES, encoding: str = "utf-8") -> str:
+    raw = _read_regular(path, name, max_bytes, "this file")
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise InputError(f"{name}: {size / 1e6:.1f} MB is larger than the {max_bytes / 1e6:.0f} MB this file can be")
-        return path.read_bytes().decode(encoding)
+        return raw.decode(encoding)
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
 
 
 def load_facts(source: ModelSource) -> ModelFacts:
@@ -200,11 +258,18 @@ def _id_values(value: Any, file: str, key: str) -> list[int] | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _check_id_count(len(value), file, key)
         return list(value)
     raise InputError(
         f"{file}: {key} must be an integer or a list of integers, found {json.dumps(value)[:60]}",
         hint="write the token id, e.g. \"eos_token_id\": [128001, 128009]",
     )
+
+
+def _check_id_count(count: int, file: str, key: str) -> None:
+    if count > MAX_DECLARED_IDS:
+        raise InputError(f"{file}: {key} lists {count} ids, more than the {MAX_DECLARED_IDS} stopdoctor reads",
+                         hint="a model stops on a handful of ids; this list is not a real configuration")
 
 
 def _token_content(value: Any) -> str | None:
@@ -307,7 +372,7 @@ def _read_hints(facts: ModelFacts) -> None:
             facts.sampling[key] = Sourced(generation[key], Location("generation_config.json", key))
     facts.add_bos = _add_bos(facts)
     if "README.md" in facts.source.files:
-        card = _card_metadata(load_text(facts.source.files["README.md"], "README.md"))
+        card = _card_metadata(load_text(facts.source.files["README.md"], "README.md")[:MAX_CARD_CHARS])
         base = card.get("base_model")
         if isinstance(base, list):
             base = base[0] if base else None
@@ -391,7 +456,9 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
             facts.declared.append(DeclaredId(role, value, facts.vocab.text_of(value), Location(file, f"tokenizer.ggml.{keys[role]}")))
     # Ollama's converter writes every generation_config eos here; its own engine stops on them.
     extra = header.get("tokenizer.ggml.eos_token_ids")
-    for value in (extra.tolist() if hasattr(extra, "tolist") else extra or ()):
+    if hasattr(extra, "__len__") and not isinstance(extra, str):
+        _check_id_count(len(extra), file, "tokenizer.ggml.eos_token_ids")
+    for value in (extra.tolist() if hasattr(extra, "tolist") else extra if isinstance(extra, list) else ()):
         if isinstance(value, int) and not isinstance(value, bool):
             facts.declared.append(DeclaredId("eos", value, facts.vocab.text_of(value), Location(file, "tokenizer.ggml.eos_token_ids")))
     if header.chat_template is not None:

@@ -15,6 +15,7 @@ this whole reader's own work on a small model) and not torch.
 from __future__ import annotations
 
 import mmap
+import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,8 @@ _TYPE_SIZES: dict[int, tuple[int, int]] = {
     24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
 }
 _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
+# The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
+_MAX_STRINGS = 4_000_000
 _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once, bigger ones on first use
 _SEPARATOR = "\x00" * 8  # see _decode_strings
 
@@ -322,6 +325,8 @@ def read_header(path: str | Path) -> GGUFHeader:
     """Parse the header of the GGUF file at `path`; raise InputError if it is not a readable GGUF."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a named pipe would block, a device never end
+            raise InputError(f"{path}: cannot read the file (not a regular file but a folder, pipe or device).")
         with open(path, "rb") as file:
             size = file.seek(0, 2)
             if size == 0:
@@ -477,6 +482,8 @@ class _Parser:
             return values
         if element_type == GGUFValueType.STRING:
             self.need(count * 8, f"an array of {count} strings")
+            if count > _MAX_STRINGS:  # each string costs an 8-byte offset here, and more once decoded
+                raise self.fail(f"an array of {count} strings is more than the {_MAX_STRINGS} a header can hold")
             starts, end = self.walk_strings(count)
             self.pos = end
             if count <= _EAGER_STRINGS:
@@ -617,8 +624,10 @@ def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
         tokenizer_dict[name] = value
     try:
         backend, _ = convert_gguf_tokenizer(header.architecture or "", tokenizer_dict)
-    except ValueError as error:  # an unsupported tokenizer.ggml.model
-        raise InputError(f"{header.path}: cannot build its tokenizer: {error}") from None
+    except Exception as error:  # noqa: BLE001 - an unsupported model type, merges naming no token, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{header.path}: cannot build its tokenizer from the GGUF vocabulary: {first}",
+                         hint="llama.cpp rejects such a vocabulary too; re-convert the model") from None
     _set_bos_eos(backend, header)
     return backend
 

@@ -36,6 +36,7 @@ DEFAULT_CONTEXTS: dict[str, str] = {
 }
 
 EXCERPT_RADIUS = 30
+MAX_FALSE_POSITIVES = 10_000  # matches listed per stop string
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,31 @@ class StopProbe:
     recommendations: list[str]
 
 
-def _contains_run(haystack: Sequence[int], needle: Sequence[int]) -> bool:
+def contains_run(haystack: Sequence[int], needle: Sequence[int]) -> bool:
+    """Whether `needle` occurs as a contiguous run in `haystack`, in linear time (Knuth-Morris-Pratt:
+    a naive scan is quadratic on a long, repetitive stop string)."""
     n = len(needle)
     if n == 0:
         return True
-    first = needle[0]
-    return any(haystack[i] == first and list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
+    if n > len(haystack):
+        return False
+    fallback = [0] * n  # length of the longest proper prefix of needle[:i+1] that is also its suffix
+    k = 0
+    for i in range(1, n):
+        while k and needle[i] != needle[k]:
+            k = fallback[k - 1]
+        if needle[i] == needle[k]:
+            k += 1
+        fallback[i] = k
+    k = 0
+    for item in haystack:
+        while k and item != needle[k]:
+            k = fallback[k - 1]
+        if item == needle[k]:
+            k += 1
+            if k == n:
+                return True
+    return False
 
 
 def _special_token_id(tokenizer: tokenizers.Tokenizer, stop: str, standalone_ids: list[int]) -> int | None:
@@ -101,11 +121,13 @@ def _probe_context(
 ) -> tuple[ContextProbe, bool]:
     """Return the probe for one context and whether a standalone-id match would miss there."""
     full = tokenizer.encode(context + stop, add_special_tokens=False)
+    # Each Encoding attribute access copies the whole list out of Rust: read each once.
+    full_ids, full_tokens, offsets = full.ids, full.tokens, full.offsets
     start, end = len(context), len(context) + len(stop)
-    covering = [i for i, (s, e) in enumerate(full.offsets) if s < end and e > start]
-    ids = [full.ids[i] for i in covering]
-    tokens = [full.tokens[i] for i in covering]
-    first_start = full.offsets[covering[0]][0] if covering else start
+    covering = [i for i, (s, e) in enumerate(offsets) if s < end and e > start]
+    ids = [full_ids[i] for i in covering]
+    tokens = [full_tokens[i] for i in covering]
+    first_start = offsets[covering[0]][0] if covering else start
     merged_prefix = context[first_start:start] if first_start < start else ""
     if not merged_prefix and covering:
         # Offsets can be trimmed of whitespace (ByteLevel trim_offsets): trust the decoded token
@@ -124,14 +146,16 @@ def _probe_context(
         exact=ids == standalone_ids,
         merged_prefix=merged_prefix,
     )
-    return probe, not _contains_run(full.ids, standalone_ids)
+    return probe, not contains_run(full_ids, standalone_ids)
 
 
 def _find_false_positives(stop: str, corpus: Sequence[tuple[str, str]]) -> list[FalsePositive]:
-    found = []
+    """The matches of `stop` in the corpus, the first MAX_FALSE_POSITIVES of them (a 64 MB corpus of
+    one repeated word would otherwise make millions of excerpts)."""
+    found: list[FalsePositive] = []
     for name, text in corpus:
         at = text.find(stop)
-        while at >= 0:
+        while at >= 0 and len(found) < MAX_FALSE_POSITIVES:
             lo, hi = max(0, at - EXCERPT_RADIUS), min(len(text), at + len(stop) + EXCERPT_RADIUS)
             found.append(FalsePositive(sample=name, excerpt=text[lo:hi], offset=at))
             at = text.find(stop, at + 1)

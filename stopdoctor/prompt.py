@@ -9,7 +9,7 @@ template did not write; a template that writes `bos_token` while the tokenizer a
 doubles BOS when the text is encoded again with special tokens on (`tokenizer(text)`, or a
 llama.cpp server given the rendered text) — `RenderedPrompt.bos` says when that would happen.
 
-Imports: model, errors, facts, template, analysis, probe, api (the tokenizer comes from the
+Imports: model, errors, facts, vocab, sandbox, turns, analysis, probe (the tokenizer comes from the
 vocabulary, i.e. the `tokenizers` library). Never transformers or torch: this is the static path.
 """
 
@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InputError, TemplateError
-from .facts import ModelFacts, load_json, load_text
+from .facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
 from .model import ChatTemplate, Location
+from .vocab import lone_surrogate
 
 # Used when the user gives no messages (the CLI says so on stderr).
 SAMPLE_CONVERSATION: list[dict[str, str]] = [
@@ -34,6 +36,9 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
 
 # A template line quoted in an error message is cut to this many characters.
 _QUOTED_LINE_CHARS = 100
+# Stop strings are markers of a few characters; each is encoded in a dozen contexts.
+MAX_STOP_CHARS = 4096
+MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,25 +61,29 @@ def load_conversations(path: str | Path) -> list[list[dict]]:
     """Read messages: a JSON list of messages (one conversation), a JSON list of such lists, an
     object with "messages", or JSONL with one conversation (list or {"messages": [...]}) a line."""
     path = Path(path)
-    text = load_text(path, path.name)
+    text = load_text(path, path.name, max_bytes=MAX_JSON_BYTES)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+        data = parse_json(text, path.name, hint=None)
+    except InputError as error:
+        if not isinstance(error.__cause__, json.JSONDecodeError):
+            raise
         conversations = []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            where = f"{path.name} line {number}"
             try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{path.name}: line {number} is not JSON: {exc.msg}",
-                    hint="give a JSON list of messages, or JSONL with one conversation a line",
-                ) from exc
-            conversations.append(_conversation(item, f"{path.name} line {number}"))
+                item = parse_json(line, where, hint=None)
+            except InputError as line_error:
+                if isinstance(line_error.__cause__, json.JSONDecodeError):
+                    raise InputError(
+                        f"{path.name}: line {number} is not JSON: {line_error.__cause__.msg}",
+                        hint="give a JSON list of messages, or JSONL with one conversation a line",
+                    ) from line_error
+                raise
+            conversations.append(_conversation(item, where))
         if not conversations:
-            raise InputError(f"{path.name}: holds no conversation")
+            raise InputError(f"{path.name}: holds no conversation") from None
         return conversations
     if isinstance(data, list) and data and all(isinstance(item, (list, dict)) for item in data) and all(
         isinstance(item, list) or "messages" in item for item in data
@@ -142,8 +151,10 @@ def template_from_file(path: Path) -> ChatTemplate:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PromptToken:
+class PromptToken(NamedTuple):
+    """One token of a rendered prompt. A tuple, not a dataclass: a 2M-character prompt can have
+    over a million of them, and a tuple is built several times faster."""
+
     index: int
     id: int
     text: str  # the decoded piece (what the token writes), not the vocabulary form
@@ -179,7 +190,7 @@ class RenderedPrompt:
     continue_final_message: bool
     text: str
     ids: list[int] | None  # None when the model has no tokenizer to encode with
-    tokens: list[PromptToken]
+    tokens: Sequence[PromptToken]  # a PromptTokens when encoded
     special_spans: list[SpecialSpan]
     bos: BosReport
     notes: list[str] = field(default_factory=list)
@@ -235,18 +246,65 @@ def _spans_by_text(text: str, specials: Sequence[str]) -> list[SpecialSpan]:
     return spans
 
 
-def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], list[PromptToken]]:
+def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], Sequence[PromptToken]]:
     """Encode as apply_chat_template(tokenize=True) does: add_special_tokens=False."""
     tokenizer = facts.vocab.tokenizer()
     encoding = tokenizer.encode(text, add_special_tokens=False)
     added = tokenizer.get_added_tokens_decoder()
-    tokens = []
-    for index, (token_id, (start, end)) in enumerate(zip(encoding.ids, encoding.offsets)):
+    ids = encoding.ids
+    # (piece, special) per distinct id: a long prompt repeats ids, and each decode is a call into Rust
+    known: dict[int, tuple[str, bool]] = {}
+    for token_id in set(ids):
         entry = added.get(token_id)
         special = bool(entry is not None and entry.special) or facts.vocab.is_special(token_id)
         piece = entry.content if entry is not None else tokenizer.decode([token_id], skip_special_tokens=False)
-        tokens.append(PromptToken(index, token_id, piece, special, start, end))
-    return list(encoding.ids), tokens
+        known[token_id] = (piece, special)
+    spans = array("q", (offset for span in encoding.offsets for offset in span))
+    return list(ids), PromptTokens(ids, spans, known)
+
+
+class PromptTokens(Sequence[PromptToken]):
+    """The tokens of a prompt, each built when asked for: a 2M-character prompt can have over a
+    million, and a list of them would take ~400 MB; this keeps ids, spans and one entry per distinct id."""
+
+    def __init__(self, ids: list[int], spans: array, known: dict[int, tuple[str, bool]]) -> None:
+        self._ids = ids
+        self._spans = spans  # start, end of each token, flattened
+        self._known = known
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        token_id = self._ids[index]
+        piece, special = self._known[token_id]
+        return PromptToken(index, token_id, piece, special, self._spans[2 * index], self._spans[2 * index + 1])
+
+    def __iter__(self) -> Iterator[PromptToken]:
+        known, spans = self._known, self._spans
+        for index, token_id in enumerate(self._ids):
+            piece, special = known[token_id]
+            yield PromptToken(index, token_id, piece, special, spans[2 * index], spans[2 * index + 1])
+
+    def special(self) -> Iterator[PromptToken]:
+        """Only the special tokens (without building the others)."""
+        for index, token_id in enumerate(self._ids):
+            if self._known[token_id][1]:
+                yield self[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<PromptTokens: {len(self)} tokens>"
 
 
 def _bos_report(facts: ModelFacts, text: str, special_tokens: dict[str, str]) -> BosReport:
@@ -283,10 +341,10 @@ def render_prompt(
                         continue_final_message=continue_final_message, tools=tools)
     notes: list[str] = []
     ids: list[int] | None = None
-    tokens: list[PromptToken] = []
+    tokens: Sequence[PromptToken] = []
     if tokenize and _has_tokenizer(facts):
         ids, tokens = encode_prompt(facts, text)
-        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens if t.special]
+        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens.special()]
     else:
         if tokenize:
             notes.append("no tokenizer.json (nor GGUF vocabulary): token ids are not shown")
@@ -431,11 +489,6 @@ def template_stop_candidates(user_header: str, special_texts: Sequence[str]) -> 
     return out
 
 
-def _contains_run(haystack: Sequence[int], needle: Sequence[int]) -> bool:
-    n = len(needle)
-    return n == 0 or any(list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
-
-
 def probe_model(
     facts: ModelFacts,
     stops: Sequence[str],
@@ -448,7 +501,7 @@ def probe_model(
     own turn endings; with `from_template`, also the stop strings its user header suggests.
     `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
     from .analysis import analyze
-    from .probe import SAMPLE_ANSWERS, probe_stop
+    from .probe import SAMPLE_ANSWERS, contains_run, probe_stop
 
     tokenizer = facts.vocab.tokenizer()
     notes: list[str] = []
@@ -478,6 +531,18 @@ def probe_model(
         raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
     if any(not s for s in candidates):
         raise InputError("an empty stop string cannot be probed")
+    for stop in candidates:
+        if (char := lone_surrogate(stop)) is not None:
+            shown = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"\\u{ord(char):04x}"
+            try:  # the bytes as given: surrogateescape undoes how Python decoded argv
+                given = stop.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a lone surrogate that no byte made (a \ud800 escape)
+                given = stop.encode("utf-8", "backslashreplace")
+            raise InputError(f"stop string \"{given.decode('utf-8', 'backslashreplace')[:60]}\" is not UTF-8 text ({shown})",
+                             hint="give the stop as UTF-8 text; the tokenizer cannot encode anything else")
+        if len(stop) > MAX_STOP_CHARS:
+            raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
+                             hint="stop strings are short markers such as '\\nUser:'")
 
     probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
                         turn_endings=turn_endings, user_header=user_header)
@@ -490,7 +555,7 @@ def probe_model(
         contexts = []
         for ctx in probe.contexts:
             full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
-            contexts.append(ContextResult(ctx, _contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
+            contexts.append(ContextResult(ctx, contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
         reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
     return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
 
@@ -499,7 +564,7 @@ def read_corpus(path: str | Path) -> tuple[str, str]:
     """A plain-text file of answers, searched as one sample (so stops that span blank lines are
     found too); each match is listed with its offset and an excerpt."""
     path = Path(path)
-    return (path.name, load_text(path, path.name))
+    return (path.name, load_text(path, path.name, max_bytes=MAX_CORPUS_BYTES))
 
 
 def parse_escapes(text: str) -> str:

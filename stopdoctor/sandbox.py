@@ -11,7 +11,11 @@ What lives here:
 - Limits on top of transformers' sandbox: template size, wall-clock time, size of every value and
   output buffer, and a total string-work budget. They are checked from hooks the template cannot
   avoid (every call, attribute/item access, arithmetic operator, loop iteration, output append),
-  so no thread or signal is needed to stop a hostile template.
+  so no thread or signal is needed to stop a hostile template. Results that can outgrow their
+  inputs (indent, replace, join, format, expandtabs, tojson(indent), str() of a container) are
+  sized before they are built; one Python call the clock cannot interrupt must not build gigabytes.
+- `render_deadline`: one wall-clock budget shared by every render inside it (a command renders a
+  template many times; RenderLimits.max_total_seconds).
 
 Imports: jinja2 and the standard library only, plus `stopdoctor.errors`. Never transformers or torch:
 this module is on the static `inspect` / `render` / `probe-stop` path.
@@ -24,6 +28,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +52,7 @@ __all__ = [
     "TemplateRaisedError",
     "compile_template",
     "render_chat",
+    "render_deadline",
 ]
 
 
@@ -68,6 +74,9 @@ class RenderLimits:
     # Jinja's parser and Python's compile() take ~0.5 ms per tag and cannot be interrupted, so the
     # time limit cannot cover compilation; this bounds it instead (real templates use < 500 tags).
     max_template_tags: int = 2_500
+    # All renders inside one `render_deadline()` together (inspect renders a template ~15 times):
+    # a template just under max_seconds per render must not hold a command for minutes.
+    max_total_seconds: float = 10.0
 
 
 class TemplateRaisedError(TemplateError):
@@ -102,17 +111,18 @@ _MAX_INT_DIGITS = 20_000
 
 
 class _Budget:
-    __slots__ = ("deadline", "max_value", "work_left", "limits")
+    __slots__ = ("deadline", "max_value", "work_left", "limits", "overdue")
 
-    def __init__(self, limits: RenderLimits, deadline: float, work: int) -> None:
+    def __init__(self, limits: RenderLimits, deadline: float, work: int, overdue: str | None = None) -> None:
         self.limits = limits
         self.deadline = deadline
         self.max_value = limits.max_output_chars
         self.work_left = work
+        self.overdue = overdue or f"it ran longer than {limits.max_seconds:g} s"
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
-            raise _LimitExceeded(f"it ran longer than {self.limits.max_seconds:g} s")
+            raise _LimitExceeded(self.overdue)
 
     def check_digits(self, digits: int) -> None:
         if digits > _MAX_INT_DIGITS:
@@ -149,6 +159,30 @@ class _Budget:
 # Only the size checks apply then (a folded filter that fails is simply computed at render time).
 _COMPILE_BUDGET = _Budget(RenderLimits(), float("inf"), 1 << 62)
 _ACTIVE: ContextVar[_Budget | None] = ContextVar("stopdoctor_template_budget", default=None)
+# (monotonic deadline, seconds) shared by every render inside `render_deadline`.
+_OVERALL: ContextVar[tuple[float, float] | None] = ContextVar("stopdoctor_render_deadline", default=None)
+
+
+@contextmanager
+def render_deadline(limits: RenderLimits = RenderLimits()) -> Iterator[None]:
+    """Give every template render inside one shared deadline of `limits.max_total_seconds` (an
+    enclosing, earlier deadline wins). Each render still has its own `max_seconds`."""
+    deadline = (time.monotonic() + limits.max_total_seconds, limits.max_total_seconds)
+    outer = _OVERALL.get()
+    token = _OVERALL.set(min(outer, deadline) if outer is not None else deadline)
+    try:
+        yield
+    finally:
+        _OVERALL.reset(token)
+
+
+def _render_budget(limits: RenderLimits) -> _Budget:
+    own = time.monotonic() + limits.max_seconds
+    overall = _OVERALL.get()
+    if overall is not None and overall[0] < own:
+        return _Budget(limits, overall[0], limits.max_work_chars,
+                       f"rendering the template took more than {overall[1]:g} s in all")
+    return _Budget(limits, own, limits.max_work_chars)
 
 
 def _budget() -> _Budget:
@@ -159,6 +193,130 @@ def _size(value: Any) -> int:
     if isinstance(value, (str, list, tuple, dict, set, frozenset, bytes)):
         return len(value)
     return 0
+
+
+def _text_size(value: Any, limit: int) -> int:
+    """About len(str(value)), computed without building it, and stopping once past `limit`: `str()` of
+    a list of a thousand references to one long string is gigabytes. Each item counts at least 1,
+    so the walk visits at most `limit` items."""
+    total = 0
+    stack = [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2  # quotes, inside a container's repr
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 2 + 2 * len(item)  # brackets, ", " between items
+            stack.extend(item)
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, jinja2.utils.Namespace):
+            total += 12
+            stack.append(object.__getattribute__(item, "_Namespace__attrs"))
+        elif isinstance(item, bool) or item is None:
+            total += 5
+        elif isinstance(item, int):
+            total += item.bit_length() // 3 + 2
+        else:
+            total += 24  # floats, undefined, placeholders: short reprs
+    return total
+
+
+def _check_text(value: Any, budget: _Budget, what: str) -> None:
+    if isinstance(value, str):
+        size = len(value)
+    elif isinstance(value, (int, float, bool)) or value is None:
+        return
+    else:
+        size = _text_size(value, budget.max_value)
+    if size > budget.max_value:
+        raise _LimitExceeded(f"{what} would be over {budget.max_value} characters")
+
+
+def _predict_call(name: str, target: Any, args: tuple, kwargs: dict, budget: _Budget) -> None:
+    """Refuse a string method whose result is bound to be too big, before it runs."""
+    text = target.__self__
+    if not isinstance(text, str):
+        return
+    if name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        if isinstance(size, int):
+            budget.check_int(len(text) + text.count("\t") * max(size, 0), "a tab-expanded string of size")
+    elif name == "join" and args:
+        items = args[0]
+        if isinstance(items, (list, tuple)):
+            budget.check_int(len(text) * max(len(items) - 1, 0), "a joined string of size")
+            _check_text(list(items), budget, "a joined string")
+    elif name in ("format", "format_map"):
+        values = [*args, *kwargs.values()]
+        if values:
+            _check_text(values, budget, "a formatted string")
+            biggest = max(_text_size(v, budget.max_value) for v in values)
+            budget.check_int(len(text) + text.count("{") * biggest, "a formatted string of size")
+    elif name == "replace" and len(args) >= 2:
+        old, new = args[0], args[1]
+        if isinstance(old, str) and isinstance(new, str):
+            _predict_replace(text, old, new, args[2] if len(args) > 2 else -1, budget)
+    elif name == "translate" and args and isinstance(args[0], dict):
+        longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
+        budget.check_int(len(text) * longest, "a translated string of size")
+
+
+def _predict_replace(text: str, old: str, new: str, count: Any, budget: _Budget) -> None:
+    found = text.count(old) if old else len(text) + 1
+    if isinstance(count, int) and count >= 0:
+        found = min(found, count)
+    budget.check_int(len(text) + found * (len(new) - len(old)), "a replaced string of size")
+
+
+def _predict_filter(name: str, args: tuple, kwargs: dict, budget: _Budget) -> None:
+    """Refuse a filter call whose result is bound to be too big, before it builds it."""
+    if not args:
+        return
+    value, params = args[0], args[1:]
+    if name in _STRINGIFYING_FILTERS:
+        _check_text(value, budget, f"the {name} filter's text")
+    if not isinstance(value, str):
+        return
+    if name == "indent":
+        width = params[0] if params else kwargs.get("width", 4)
+        unit = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+        budget.check_int(len(value) + (value.count("\n") + 1) * max(unit, 0), "an indented string of size")
+    elif name == "replace" and len(params) >= 2:
+        old, new = str(params[0]), str(params[1])
+        _predict_replace(value, old, new, params[2] if len(params) > 2 else kwargs.get("count"), budget)
+    elif name == "wordwrap":
+        width = params[0] if params else kwargs.get("width", 79)
+        wrap = params[2] if len(params) > 2 else kwargs.get("wrapstring")
+        wrap_len = len(wrap) if isinstance(wrap, str) else 1
+        if isinstance(width, int) and width > 0:
+            breaks = len(value) // width + value.count(" ") + value.count("\n") + value.count("\t") + 1
+            budget.check_int(len(value) + breaks * wrap_len, "a wrapped string of size")
+    elif name == "format":
+        _check_format_string(value, budget, brace=False)
+        if params or kwargs:
+            biggest = max(_text_size(v, budget.max_value) for v in (*params, *kwargs.values()))
+            budget.check_int(len(value) + value.count("%") * biggest, "a formatted string of size")
+
+
+# Filters that turn their input into text (str(), join, JSON, repr): the input's text size is checked first.
+_STRINGIFYING_FILTERS = frozenset({
+    "string", "join", "tojson", "pprint", "format", "replace", "indent", "wordwrap", "center", "truncate",
+    "e", "escape", "forceescape", "urlencode", "urlize", "title", "upper", "lower", "capitalize", "trim",
+    "striptags", "wordcount", "xmlattr", "safe",
+})
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002 - jinja's names
+    """jinja's `lipsum`, refused before it runs when it could write more than the output limit
+    (it is one Python call, which the time limit cannot interrupt)."""
+    budget = _budget()
+    if isinstance(n, int) and isinstance(max, int) and isinstance(min, int):
+        words = max if max > min else min
+        budget.check_int(n * (abs(words) * 12 + 10), "lipsum of size")
+    return jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
 # '%10000000d', '%.9999999f', '{:>10000000}': widths that allocate before we could measure them.
@@ -196,6 +354,10 @@ def _predict_binop(op: str, left: Any, right: Any, budget: _Budget) -> None:
         if "*" in left:
             for item in right if isinstance(right, tuple) else (right,):
                 budget.check_int(item, "format width")
+        values = list(right.values()) if isinstance(right, dict) else right if isinstance(right, tuple) else [right]
+        if values and left.count("%"):
+            biggest = max(_text_size(v, budget.max_value) for v in values)
+            budget.check_int(len(left) + left.count("%") * biggest, "a formatted string of size")
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,9 +373,24 @@ def _raise_exception(message: Any) -> None:
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
     # Same signature and defaults as transformers' override of jinja's tojson: no HTML escaping,
-    # non-ASCII kept, indent/separators/sort_keys exposed.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    # non-ASCII kept, indent/separators/sort_keys exposed. Equal to json.dumps, but built chunk by
+    # chunk so that an indent repeated on every nested line stops at the output limit, not at GBs.
+    if indent is None:
+        return json.dumps(x, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
+    budget = _budget()
+    if isinstance(indent, int) and not isinstance(indent, bool):
+        budget.check_int(indent, "tojson indent")
+    elif isinstance(indent, str):
+        budget.check_int(len(indent), "tojson indent of size")
+    encoder = json.JSONEncoder(ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    chunks = []
+    total = 0
+    for chunk in encoder.iterencode(x):
+        total += len(chunk)
+        if total > budget.max_value:
+            raise _LimitExceeded(f"tojson built more than {budget.max_value} characters")
+        chunks.append(chunk)
+    return "".join(chunks)
 
 
 def _strftime_now(format: str) -> str:  # noqa: A002 - the template calls it positionally
@@ -303,6 +480,11 @@ class _LimitsExtension(jinja2.ext.Extension):
     def _guard_value(self, value: Any) -> Any:
         return _budget().produced(value)
 
+    def _guard_text(self, value: Any) -> Any:
+        """An operand of `~` is made text with str(): check how long that would be first."""
+        _check_text(value, _budget(), "a `~` operand's text")
+        return value
+
 
 class _Instrument(NodeTransformer):
     """Route every loop's iterable and every `~` concatenation through the limit guards."""
@@ -317,6 +499,7 @@ class _Instrument(NodeTransformer):
 
     def visit_Concat(self, node: jinja2.nodes.Concat) -> jinja2.nodes.Node:
         self.generic_visit(node)
+        node.nodes = [self.ext.call_method("_guard_text", [operand], lineno=operand.lineno) for operand in node.nodes]
         return self.ext.call_method("_guard_value", [node], lineno=node.lineno)
 
 
@@ -373,11 +556,16 @@ def _guard_filter(name: str, func: Any) -> Any:
         if name in _WIDTH_FILTERS:
             for value in (*args[offset + 1:], *kwargs.values()):
                 budget.check_int(value, f"{name} parameter")
-        elif name == "format" and len(args) > offset:
-            _check_format_string(args[offset], budget, brace=False)
+        _predict_filter(name, args[offset:], kwargs, budget)
         return budget.produced(func(*args, **kwargs))
 
     return guarded
+
+
+def _finalize(value: Any) -> Any:
+    """Every `{{ value }}` passes here before str(): a list of long strings must not be printed whole."""
+    _check_text(value, _budget(), "an output value's text")
+    return value
 
 
 class _SandboxEnvironment(ImmutableSandboxedEnvironment):
@@ -393,9 +581,11 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
             trim_blocks=True,
             lstrip_blocks=True,
             extensions=[_GenerationExtension, jinja2.ext.loopcontrols, _LimitsExtension],
+            finalize=_finalize,
         )
         self.filters["tojson"] = _tojson
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
+        self.globals["lipsum"] = _lipsum
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _TemplateDict()
@@ -424,13 +614,10 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
             # Built-in methods such as ljust/center/zfill/expandtabs take widths.
             for value in (*args, *kwargs.values()):
                 budget.check_int(value, "method argument")
-            if getattr(target, "__name__", "") in ("format", "format_map"):
+            name = getattr(target, "__name__", "")
+            if name in ("format", "format_map"):
                 _check_format_string(target.__self__, budget, brace=True)
-            if getattr(target, "__name__", "") == "replace" and len(args) >= 2:
-                text, old, new = target.__self__, args[0], args[1]
-                if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
-                    count = text.count(old) if old else len(text) + 1
-                    budget.check_int(len(text) + count * (len(new) - len(old)), "a replaced string of size")
+            _predict_call(name, target, args, kwargs, budget)
         return budget.produced(super().call(context, obj, *args, **kwargs))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -554,7 +741,9 @@ class CompiledTemplate:
         """Render with exactly these template variables, within `limits`. When
         `generation_spans` is a list, the (start, end) character span of every
         `{% generation %}` block is appended to it."""
-        budget = _Budget(limits, time.monotonic() + limits.max_seconds, limits.max_work_chars)
+        budget = _render_budget(limits)
+        if time.monotonic() > budget.deadline:  # the shared deadline is past already
+            raise _convert(_LimitExceeded(budget.overdue))
         token = _ACTIVE.set(budget)
         recorder = _GenerationRecorder() if generation_spans is not None else None
         recorder_token = _RECORDER.set(recorder)
@@ -651,6 +840,26 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _first_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a string, or in the strings and keys of nested lists and dicts."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                return found.group()
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
 def _alias_reasoning(chat: list[dict]) -> list[dict]:
     """transformers' `_alias_reasoning_fields`."""
     out = []
@@ -709,6 +918,12 @@ def render_chat(
         if not isinstance(message, Mapping):
             raise InputError(f"chat messages must be dicts, got {type(message).__name__}", None)
         chat.append({k: v for k, v in message.items() if v is not None})
+    for what, value in (("a message", chat), ("a special token", special_tokens), ("a tool", tools),
+                        ("a document", documents), ("a template variable", extra)):
+        char = _first_surrogate(value)
+        if char is not None:
+            raise InputError(f"{what} holds a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
+                             "undecodable bytes (not UTF-8) or a bad \\u escape; no tokenizer can encode it")
     variables: dict[str, Any] = {
         k: str(v) for k, v in (special_tokens or {}).items() if v is not None
     }
@@ -754,6 +969,11 @@ def render_chat(
         generation_spans,
     )
 
+    if (char := _first_surrogate(rendered)) is not None:
+        raise TemplateLimitError(
+            f"chat template wrote a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
+            "a \\ud800-style escape in the template; no tokenizer can encode its output",
+        )
     if continue_final_message:
         tag = _CONTINUE_TAG.strip()
         if str(final_text).strip() not in rendered or tag not in rendered:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .facts import load_json, load_text
+from .facts import load_json, load_text, parse_json
 from .model import Location
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
+MAX_STOPS = 1024  # stop strings or stop ids in one file
 
 
 @dataclass(frozen=True)
@@ -200,15 +201,69 @@ def _vllm_yaml_settings(path: Path, text: str) -> dict[str, Setting]:
     except ModuleNotFoundError as exc:  # pragma: no cover - pyyaml is a dependency
         raise InputError("reading a vLLM --config YAML needs pyyaml", hint="pip install pyyaml") from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_bounded_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from exc
+    except RecursionError as exc:
+        raise InputError(f"{path}: YAML nested too deeply") from exc
+    except ValueError as exc:  # an integer longer than int() converts
+        raise InputError(f"{path}: invalid YAML: {str(exc).splitlines()[0] if str(exc) else 'a value that cannot be read'}") from exc
+    except _YamlTooBig as exc:
+        raise InputError(f"{path}: {exc}", hint="a vLLM config is a short mapping of option names to values") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError(f"{path}: a vLLM config file is a mapping of option names to values")
     # vLLM accepts the long option names, with dashes or underscores, as keys.
     return {"--" + str(key).replace("_", "-"): Setting(value, str(key)) for key, value in data.items()}
+
+
+class _YamlTooBig(Exception):
+    pass
+
+
+# YAML aliases let a 1 kB file stand for a value of billions of items (an alias bomb); anything that
+# walks or prints the value would expand it. Real vLLM configs hold a few dozen scalars.
+MAX_YAML_NODES = 100_000
+
+
+def _bounded_yaml_loader(yaml: Any) -> type:
+    """A SafeLoader that counts every node a reader would see, each alias counting as the whole
+    value it repeats, and stops past MAX_YAML_NODES before building anything."""
+
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_document(self) -> Any:
+            node = super().compose_document()
+            _count_nodes(yaml, node)
+            return node
+
+    return BoundedLoader
+
+
+def _count_nodes(yaml: Any, root: Any) -> None:
+    sizes: dict[int, int] = {}  # expanded size of each node already counted
+    open_nodes: set[int] = set()  # nodes whose children are being counted
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if not children_done and id(node) in open_nodes:
+            raise _YamlTooBig("an alias refers to a value that contains it (a recursive value)")
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = [item for pair in node.value for item in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
+        if children_done:
+            total = 1 + sum(sizes.get(id(child), 0) for child in children)
+            if total > MAX_YAML_NODES:
+                raise _YamlTooBig(f"its aliases expand to more than {MAX_YAML_NODES} values (an alias bomb)")
+            sizes[id(node)] = total
+            open_nodes.discard(id(node))
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
 
 
 def _vllm_config(path: Path, text: str, settings: dict[str, Setting], model: Setting | None) -> ServingConfig:
@@ -225,7 +280,9 @@ def _vllm_config(path: Path, text: str, settings: dict[str, Setting], model: Set
     generation = settings.get("--generation-config") or Setting("auto", "--generation-config (default)")
     template = settings.get("--chat-template")
     if template is not None:
-        template = Setting(_template_text(path, str(template.value)), template.key)
+        if not isinstance(template.value, str):
+            raise InputError(f"{path}: {template.key} must be a string (a template file or the template itself)")
+        template = Setting(_template_text(path, template.value), template.key)
     return ServingConfig("vllm", path, text, model=model, template=template, generation_config=generation,
                          override_generation_config=override, options=settings)
 
@@ -245,9 +302,16 @@ def _template_text(path: Path, value: str) -> str:
 def _resolve_relative(path: Path, value: str) -> Path | None:
     candidate = Path(value).expanduser()
     for option in ([candidate] if candidate.is_absolute() else [Path.cwd() / candidate, path.parent / candidate]):
-        if option.is_file():
+        if _is(option, Path.is_file):
             return option
     return None
+
+
+def _is(path: Path, test: Any) -> bool:
+    try:
+        return test(path)
+    except OSError:  # a value too long to be a file name (an inline template, say) names no file
+        return False
 
 
 LLAMACPP_VALUE_FLAGS = ("-m", "--model", "--chat-template", "--chat-template-file", "--override-kv", "-r",
@@ -276,6 +340,7 @@ def _parse_llamacpp_command(path: Path, text: str) -> ServingConfig:
                     except ValueError:
                         raise InputError(f"{path}: --override-kv {item!r}: {match['value']!r} is not an int") from None
     stops = tuple(Setting(v, flag) for flag in ("-r", "--reverse-prompt") for v in found.get(flag, []))
+    _check_count(path, "-r/--reverse-prompt", len(stops), "stop strings")
     template = template_name = None
     if "--chat-template-file" in options:
         template = Setting(_template_text(path, options["--chat-template-file"].value), "--chat-template-file")
@@ -384,6 +449,7 @@ def _parse_modelfile(path: Path, text: str) -> ServingConfig:
         options.setdefault(cmd, Setting(arg, key))
     if model is None:
         raise InputError(f"{path}: a Modelfile needs a FROM line")
+    _check_count(path, "PARAMETER stop", len(stops), "stop strings")
     return ServingConfig("ollama", path, text, model=model, stop=tuple(stops), max_tokens=max_tokens,
                          template=template, options=options)
 
@@ -392,10 +458,7 @@ def _parse_modelfile(path: Path, text: str) -> ServingConfig:
 
 
 def _parse_request(path: Path, text: str) -> ServingConfig:
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    body = parse_json(text, str(path), hint=None)
     if not isinstance(body, dict):
         raise InputError(f"{path}: a request body is a JSON object")
     stop = body.get("stop")
@@ -404,12 +467,14 @@ def _parse_request(path: Path, text: str) -> ServingConfig:
     elif isinstance(stop, str):
         stops = (Setting(stop, "stop"),)
     elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        _check_count(path, "stop", len(stop), "stop strings")
         stops = tuple(Setting(s, f"stop[{i}]") for i, s in enumerate(stop))
     else:
         raise InputError(f"{path}: \"stop\" must be a string or a list of strings")
     ids = body.get("stop_token_ids") or []
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InputError(f"{path}: \"stop_token_ids\" must be a list of integers")
+    _check_count(path, "stop_token_ids", len(ids), "stop ids")
     max_tokens = None
     for key in ("max_completion_tokens", "max_tokens"):
         if body.get(key) is not None:
@@ -423,6 +488,13 @@ def _parse_request(path: Path, text: str) -> ServingConfig:
                          stop_token_ids=tuple(Setting(v, f"stop_token_ids[{i}]") for i, v in enumerate(ids)),
                          ignore_eos=ignore, max_tokens=max_tokens,
                          options={k: Setting(v, k) for k, v in body.items()})
+
+
+def _check_count(path: Path, key: str, count: int, what: str) -> None:
+    # Each stop string is tokenized and probed in a dozen contexts by the SD4xx checks.
+    if count > MAX_STOPS:
+        raise InputError(f"{path}: \"{key}\" lists {count} {what}, more than the {MAX_STOPS} stopdoctor checks",
+                         hint="a deployment stops on a handful; this list is not a real configuration")
 
 
 # --- what the server really stops on -------------------------------------------------------------
@@ -487,7 +559,7 @@ def _vllm_stops(analysis: Analysis, serving: ServingConfig) -> ServingStops:
 def _resolve_folder(path: Path, value: str) -> Path | None:
     candidate = Path(value).expanduser()
     for option in ([candidate] if candidate.is_absolute() else [Path.cwd() / candidate, path.parent / candidate]):
-        if option.is_dir():
+        if _is(option, Path.is_dir):
             return option
     return None
 

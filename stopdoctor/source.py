@@ -32,6 +32,14 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]
 
 
 def resolve(spec: str, revision: str | None = None) -> ModelSource:
+    try:
+        return _resolve(spec, revision)
+    except OSError as exc:  # a name too long for the file system, a loop of links, …
+        shown = spec if len(spec) <= 80 else spec[:77] + "..."
+        raise InputError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _resolve(spec: str, revision: str | None) -> ModelSource:
     if not spec.strip():
         # Path("") is the current folder: an empty argument (an unset shell variable) must not
         # inspect whatever folder the command runs in.
@@ -80,7 +88,7 @@ def _folder(spec: str, root: Path, kind: str, revision: str | None = None) -> Mo
     if named.is_dir():
         for template in sorted(named.glob("*.jinja")):
             files[f"{NAMED_TEMPLATE_DIR}/{template.name}"] = template
-    ggufs = sorted(root.glob("*.gguf"))
+    ggufs = sorted(p for p in root.glob("*.gguf") if p.is_file())  # a named pipe would block the read
     if not (files.keys() - {"README.md"}):
         if len(ggufs) == 1:
             return ModelSource(spec=spec, kind="gguf", root=root, files={ggufs[0].name: ggufs[0]})

@@ -8,6 +8,8 @@ Imports: model, errors.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,20 @@ from .model import Location, Token
 
 if TYPE_CHECKING:  # pragma: no cover
     import tokenizers
+
+
+# `tokenizers` ids are u32: a larger declared id cannot be any token (and would overflow the call).
+MAX_TOKEN_ID = 2**32 - 1
+# tokenizer.json of the largest real vocabularies is ~35 MB; `tokenizers` needs ~5x the file in memory.
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in `text` (JSON and Jinja escapes and undecodable command-line bytes
+    make them; no encoder accepts them), else None."""
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
 
 
 @dataclass
@@ -56,6 +72,8 @@ class Vocabulary:
         return known or None
 
     def id_of(self, text: str) -> int | None:
+        if lone_surrogate(text) is not None:
+            return None  # not Unicode text, so no token's text (and `tokenizers` refuses it)
         found = self.by_text.get(text)
         if found is None and self.tokenizer_file is not None:
             return self._tokenizer.token_to_id(text)
@@ -74,7 +92,7 @@ class Vocabulary:
     def text_of(self, token_id: int) -> str | None:
         if token_id in self.by_id:
             return self.by_id[token_id]
-        if self.tokenizer_file is not None and token_id >= 0:
+        if self.tokenizer_file is not None and 0 <= token_id <= MAX_TOKEN_ID:
             return self._tokenizer.id_to_token(token_id)
         if self._gguf_tokens is not None and 0 <= token_id < len(self._gguf_tokens):
             return self._gguf_tokens[token_id]
@@ -203,6 +221,15 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     import tokenizers
 
     try:
+        info = path.stat()
+    except OSError as exc:
+        raise InputError(f"tokenizer.json: cannot be read: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("tokenizer.json: is not a regular file (a pipe, socket or device)")
+    if info.st_size > MAX_TOKENIZER_BYTES:
+        raise InputError(f"tokenizer.json: {info.st_size / 1e6:.0f} MB is larger than the "
+                         f"{MAX_TOKENIZER_BYTES / 1e6:.0f} MB a tokenizer file can be (the largest real ones are ~35 MB)")
+    try:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises plain Exception subclasses
         raise _tokenizer_file_error(path, exc) from exc
@@ -258,8 +285,11 @@ def mark_declared_special(vocab: Vocabulary, texts: Iterable[str]) -> None:
 def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
     # The raw (lazy) sequence: single ids decode on demand, so inspect never decodes all 262k.
     tokens = header.metadata.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, Sequence) or isinstance(tokens, str):
+    if tokens is None:
         return
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not _all_strings(tokens):
+        raise InputError(f"{header.path}: tokenizer.ggml.tokens is not an array of strings, so the file has no usable vocabulary",
+                         hint="llama.cpp refuses this file too; re-convert the model")
     vocab.gguf_header = header
     vocab._gguf_tokens = tokens
     vocab.complete = True
@@ -268,9 +298,16 @@ def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
         import numpy as np
 
         location = Location(header.path.name, "tokenizer.ggml.token_type")
+        types = types[: len(tokens)]  # a longer type array describes no token past the list
         for token_id in np.flatnonzero((types == GGUF_CONTROL) | (types == GGUF_USER_DEFINED)).tolist():
             # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special tokens.
             add_token(vocab, token_id, tokens[token_id], True, location)
+
+
+def _all_strings(tokens: Sequence[Any]) -> bool:
+    from .gguf import LazyStrings
+
+    return isinstance(tokens, LazyStrings) or all(isinstance(t, str) for t in tokens)
 
 
 def token_texts(vocab: Vocabulary, ids: Iterable[int]) -> list[str]:

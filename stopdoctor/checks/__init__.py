@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..analysis import Analysis
+from ..errors import StopdoctorError
 from ..model import Location
 from ..report import Finding, Severity
 
@@ -78,6 +79,10 @@ def run_checks(analysis: Analysis, prefix: str = "SD") -> list[Finding]:
         registered = REGISTRY[code]
         try:
             findings.extend(registered.function(analysis, registered))
+        except StopdoctorError:
+            # Bad input, not a broken check: a template over the sandbox's limits (the command's
+            # render deadline can pass during a check's own render) stops the run with exit 2.
+            raise
         except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(_crashed(registered, error))
     return sorted(findings, key=lambda f: (-f.severity, f.code))

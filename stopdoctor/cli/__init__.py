@@ -178,8 +178,11 @@ def handles_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from ..sandbox import render_deadline
+
         try:
-            code = command(*args, **kwargs)
+            with render_deadline():  # one time limit for all the template renders of a command
+                code = command(*args, **kwargs)
         except StopdoctorError as error:
             say(f"stopdoctor: error: {error.message}")
             if error.hint:
@@ -208,8 +211,22 @@ def parse_severity(text: str):
 
 
 def emit(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as error:  # a full disk, a closed pipe: the environment's fault, not a bug
+        _discard_stdout()
+        raise StopdoctorError(f"cannot write the output: {error.strerror or error}") from None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit does not fail on the same write again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests capture stdout)
+        pass
 
 
 def color_for_stdout(color: bool | None) -> bool:

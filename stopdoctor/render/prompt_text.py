@@ -89,11 +89,17 @@ def _token_table(prompt: RenderedPrompt, color: bool) -> Table:
     table.add_column("id", justify="right")
     table.add_column("token")
     table.add_column("special")
-    for token in prompt.tokens:
+    for token in prompt.tokens[:MAX_TABLE_ROWS]:
         style = SPECIAL_STYLE if token.special else None
         table.add_row(str(token.index), str(token.id), Text(_quoted(token.text), style=style),
                       "special" if token.special else "")
+    if len(prompt.tokens) > MAX_TABLE_ROWS:
+        table.add_row("…", "", f"{len(prompt.tokens) - MAX_TABLE_ROWS} more tokens (--json lists every one)", "")
     return table
+
+
+# rich lays a table out in full before printing: 250k rows (a 1M-character prompt) took minutes.
+MAX_TABLE_ROWS = 5_000
 
 
 def _render_one(out, prompt: RenderedPrompt, show_ids: bool, color: bool, width: int) -> None:

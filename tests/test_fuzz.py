@@ -1,0 +1,55 @@
+"""A share of tests/fuzz.py in CI: random hostile model files, GGUF headers, templates, serving
+files and arguments through the CLI; none may exit 3, print a traceback, hang or pass the memory
+limit. `python tests/fuzz.py --cases 1000 --seed N` runs more of them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from . import fuzz
+
+CI_CASES = int(os.environ.get("STOPDOCTOR_FUZZ_CASES", "160"))  # about 40-60 s on 2 cores
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="the runner forks a child per case")
+def test_random_hostile_inputs_never_crash_hang_or_blow_up(tmp_path):
+    started = time.monotonic()
+    report = fuzz.fuzz(CI_CASES, seed=int(os.environ.get("STOPDOCTOR_FUZZ_SEED", "20261201")), jobs=2, keep=tmp_path)
+    print(report.summary())
+    assert len(report.outcomes) == CI_CASES
+    assert not report.failures, report.summary()
+    kinds = {o.case.kind for o in report.outcomes}
+    assert kinds == {"json", "template", "gguf", "serving", "args"}, kinds
+    assert time.monotonic() - started < 240
+
+
+def test_the_runner_sees_exit_3_hangs_and_memory(tmp_path, monkeypatch):
+    """The fuzz would pass vacuously if the runner missed failures: show it catches each kind."""
+    import stopdoctor.api
+
+    monkeypatch.setattr(fuzz, "MAX_SECONDS", 3.0)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    def hang(*args, **kwargs):
+        time.sleep(60)
+
+    def hog(*args, **kwargs):
+        from stopdoctor.errors import InputError
+
+        block = bytearray(b"x") * (700 * 1024 * 1024)  # written, so resident
+        raise InputError(f"held {len(block)} bytes")
+
+    cases = [fuzz.Case("probe", ["inspect", str(tmp_path)], name) for name in ("crash", "hang", "hog")]
+    outcomes = {}
+    for case, behaviour in zip(cases, (crash, hang, hog)):
+        monkeypatch.setattr(stopdoctor.api, "inspect_model", behaviour)
+        outcomes[case.note] = fuzz.run_cases([case], tmp_path, jobs=1).outcomes[0]
+    assert outcomes["crash"].failed == "exit 3"
+    assert outcomes["hang"].failed.startswith("ran past")
+    assert outcomes["hog"].failed is not None and "memory" in outcomes["hog"].failed
