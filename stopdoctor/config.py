@@ -24,7 +24,7 @@ from typing import Any
 
 from .checks import REGISTRY, Check
 from .checks.expect import KINDS, Expectation, expecting
-from .errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError
+from .errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError, shorten
 from .facts import load_text
 from .report import Finding, Severity, exit_code
 
@@ -425,7 +425,7 @@ class ModelCheck:
         """The error in one line, naming what could not be checked."""
         if self.error is None:
             return None
-        target = self.failed_target or self.spec
+        target = shorten(self.failed_target or self.spec, 80)
         return self.error.message if target in self.error.message else f"{target}: {self.error.message}"
 
     @property

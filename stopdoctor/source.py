@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, shorten
 from .model import ModelSource
 
 # Files whose content describes stopping behaviour; all small except tokenizer.json.
@@ -35,8 +35,7 @@ def resolve(spec: str, revision: str | None = None) -> ModelSource:
     try:
         return _resolve(spec, revision)
     except OSError as exc:  # a name too long for the file system, a loop of links, …
-        shown = spec if len(spec) <= 80 else spec[:77] + "..."
-        raise InputError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+        raise InputError(f"{shorten(spec, 80)}: cannot be read: {exc.strerror or exc}") from None
 
 
 def _resolve(spec: str, revision: str | None) -> ModelSource:
@@ -51,17 +50,17 @@ def _resolve(spec: str, revision: str | None) -> ModelSource:
         if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
             return ModelSource(spec=spec, kind="gguf", root=path.parent, files={path.name: path})
         raise InputError(
-            f"{spec}: is a file but not a .gguf model",
+            f"{shorten(spec, 80)}: is a file but not a .gguf model",
             hint="pass the model folder (the one holding config.json), a hub id org/name, or a .gguf file",
         )
     if path.exists():
-        raise InputError(f"{spec}: is neither a folder nor a file")
+        raise InputError(f"{shorten(spec, 80)}: is neither a folder nor a file")
     if HUB_ID.match(spec) and not spec.startswith((".", "/")):
         if path.parent.is_dir():
             # "models/my-finetun": its folder is here, so this is a path with a typo, not a hub id.
-            raise InputError(f"{spec}: no such folder or file in {path.parent}/", hint=_near(path))
+            raise InputError(f"{shorten(spec, 80)}: no such folder or file in {shorten(str(path.parent), 80)}/", hint=_near(path))
         return _hub(spec, revision)
-    raise InputError(f"{spec}: no such folder or file, and not a hub id of the form org/name", hint=_near(path))
+    raise InputError(f"{shorten(spec, 80)}: no such folder or file, and not a hub id of the form org/name", hint=_near(path))
 
 
 def _near(path: Path) -> str:

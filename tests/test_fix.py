@@ -128,7 +128,7 @@ def test_vllm_generation_config_folder_becomes_auto(tmp_path, synth_root):
     serve = tmp_path / "serve.sh"
     serve.write_text(f"vllm serve {model} \\\n  --generation-config {stale} \\\n  --port 8000\n")
     code, out = run("fix", str(model), "--serving", str(serve))
-    assert code == 1 and f"+  --generation-config auto \\" in out
+    assert code == 1 and "+  --generation-config auto \\" in out
     assert run("fix", str(model), "--serving", str(serve), "--write")[0] == 0
     assert serve.read_text() == f"vllm serve {model} \\\n  --generation-config auto \\\n  --port 8000\n"
     analysis = inspect_model(str(model)).analysis

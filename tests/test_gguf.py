@@ -6,7 +6,6 @@ $STOPDOCTOR_TEST_MODELS and are compared with gguf's GGUFReader and transformers
 
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
 import sys

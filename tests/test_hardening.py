@@ -431,7 +431,8 @@ def test_yaml_integer_of_5000_digits_and_a_non_string_template(model, tmp_path):
 
 def test_names_too_long_for_the_file_system(model, tmp_path):
     one_line_exit_2(cli("inspect", "a" * 5000), "cannot be read")
-    one_line_exit_2(cli("check", "a/" * 3000), "cannot be read")
+    line = one_line_exit_2(cli("check", "a/" * 3000))
+    assert ("cannot be read" in line or "no such folder" in line) and len(line) < 300, line
     serving = write(tmp_path, "serve.sh", "vllm serve m --chat-template " + "x" * 5000 + "\n")
     one_line_exit_2(cli("check", model(), "--serving", serving), "chat template file")
 

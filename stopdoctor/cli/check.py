@@ -14,6 +14,7 @@ from typing import Annotated, List, Optional  # typer reads these; `list[str] | 
 
 import typer
 
+from ..errors import shorten
 from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 ModelsArg = Annotated[Optional[List[str]], typer.Argument(metavar="[MODEL]...",
@@ -108,7 +109,7 @@ def _human(report, color: bool, width: int) -> str:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
             from ..render.console import printable
 
-            parts.append(printable(f"stopdoctor check {model.spec}\n  could not check it: {model.error_line}{hint}\n"))
+            parts.append(printable(f"stopdoctor check {shorten(model.spec, 80)}\n  could not check it: {model.error_line}{hint}\n"))
     return "\n".join(parts)
 
 
