@@ -181,6 +181,17 @@ def test_llama_cpp_fim_keys_and_out_of_vocabulary_ids(tmp_path):
 # --- inner closing tags -----------------------------------------------------------------------
 
 
+def _corpus_turns(name: str):
+    """The turn structure of one real template of the corpus, with the corpus test's specials."""
+    source = templates.corpus().get(name)
+    if source is None:
+        pytest.skip("the template corpus is absent; run `python fixtures/realmodels.py`")
+    from .test_turns_corpus import _specials
+
+    return analyze_turns(source, *_specials(name, source))
+
+
+
 def test_a_segment_close_written_before_a_tool_call_is_never_the_end_of_turn():
     turns = analyze_turns(INNER_CLOSE, {"eos_token": "<|im_end|>"}, ["<|im_start|>", "<|im_end|>", "<|im_sep|>", "<tool>", "</tool>"])
     assert [m.text for m in turns.end_of_turn] == ["<|im_end|>"]
@@ -193,13 +204,7 @@ def test_a_segment_close_written_before_a_tool_call_is_never_the_end_of_turn():
     ("llama.cpp/openai-gpt-oss-120b", "<|return|>", {"<|end|>"}),
 ])
 def test_real_templates_with_inner_closes(name, end, inner):
-    source = templates.corpus().get(name)
-    if source is None:
-        pytest.skip("the template corpus is absent; run `python fixtures/realmodels.py`")
-    from .test_turns_corpus import _specials
-
-    special_tokens, known = _specials(name, source)
-    turns = analyze_turns(source, special_tokens, known)
+    turns = _corpus_turns(name)
     assert [m.text for m in turns.end_of_turn] == [end]
     assert not inner & {m.text for m in turns.end_of_turn}
 
@@ -213,13 +218,7 @@ def test_real_templates_with_inner_closes(name, end, inner):
     ("llama.cpp/GLM-4.6", "next-header", ["<|user|>", "<|observation|>"]),
 ])
 def test_real_templates_that_close_without_a_final_token(name, style, end):
-    source = templates.corpus().get(name)
-    if source is None:
-        pytest.skip("the template corpus is absent; run `python fixtures/realmodels.py`")
-    from .test_turns_corpus import _specials
-
-    special_tokens, known = _specials(name, source)
-    turns = analyze_turns(source, special_tokens, known)
+    turns = _corpus_turns(name)
     assert (turns.style, [m.text for m in turns.end_of_turn]) == (style, end)
 
 
