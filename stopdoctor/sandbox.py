@@ -849,6 +849,8 @@ def _first_surrogate(value: Any) -> str | None:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
+            if item.isascii():  # the common case, and a C-speed scan
+                continue
             found = _SURROGATE.search(item)
             if found:
                 return found.group()
