@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import templates
+from stopdoctor import turns
 
 LABELS_PATH = Path(__file__).parent / "data" / "template_labels.json"
-STYLES = {"token", "next-header", "only-when-followed", "whitespace", "none"}
+STYLES = set(turns.STYLES)  # the styles stopdoctor itself names
 CONFIDENCE = {"high", "medium", "low"}
 FIELDS = {"end_of_turn", "also", "style", "not_end", "needs", "note", "confidence"}
 
