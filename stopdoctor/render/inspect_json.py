@@ -59,9 +59,14 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
             "evidence": [{"clue": e.clue, "weight": e.weight, "location": location(e.location)} for e in analysis.verdict.evidence],
         },
         "end_of_turn": [
-            {"text": e.text, "ids": list(e.ids), "single_special_token": e.single_special, "template": e.template, "evidence": e.evidence}
+            {"text": e.text, "ids": list(e.ids), "single_special_token": e.single_special, "template": e.template,
+             "evidence": e.evidence, "kind": e.kind}
             for e in analysis.end_of_turn
         ],
+        # how the template ends an assistant turn (token | only-when-followed | next-header |
+        # whitespace | none), and markers the safe-stop rule refused (never suggested as stops)
+        "turn_style": analysis.turns.style if analysis.turns is not None else None,
+        "end_of_turn_refused": [{"text": e.text, "ids": list(e.ids), "why": why} for e, why in analysis.rejected_end_of_turn],
         "turn_headers": analysis.turn_headers,
         "stop_ids": {
             "effective": primary.ids,
