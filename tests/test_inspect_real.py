@@ -11,7 +11,8 @@ def test_smollm2_gguf_is_instruct_and_stops_on_im_end(real_gguf_models):
     doc = cli("inspect", "--json", str(real_gguf_models.smollm2_gguf)).json()
     assert doc["verdict"]["kind"] == "instruct"
     assert doc["end_of_turn"] == [{"text": "<|im_end|>", "ids": [2], "single_special_token": True,
-                                   "template": "default", "evidence": doc["end_of_turn"][0]["evidence"]}]
+                                   "template": "default", "evidence": doc["end_of_turn"][0]["evidence"], "kind": "token"}]
+    assert doc["turn_style"] == "token" and doc["end_of_turn_refused"] == []
     assert 2 in doc["stop_ids"]["effective"]
     assert doc["stop_ids"]["runtime"] == "llama.cpp"
     assert not [f for f in doc["findings"] if f["severity"] == "error"]
