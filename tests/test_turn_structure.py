@@ -146,38 +146,6 @@ def test_llama_cpp_end_of_generation_ids_on_the_real_gguf_files(real_models):
     assert gemma.ids == [1, 106, 212]  # 212 = </s>, on the end-of-generation text list
 
 
-def _gguf(path: Path, tokens: list[str], **ids) -> Path:
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t.startswith("<") else 1 for t in tokens])
-    for key, value in ids.items():
-        writer.add_uint32(f"tokenizer.ggml.{key}", value)
-    writer.add_tensor("w", np.zeros((2,), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def test_llama_cpp_drops_end_when_return_and_call_exist(tmp_path):
-    tokens = ["<|endoftext|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|message|>", "a"]
-    stops = inspect_model(str(_gguf(tmp_path / "oss.gguf", tokens, eos_token_id=3))).analysis.runtime("llama.cpp")
-    assert stops.ids == [0, 3, 4]  # <|end|> ends a message inside a gpt-oss turn
-
-
-def test_llama_cpp_fim_keys_and_out_of_vocabulary_ids(tmp_path):
-    tokens = ["<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<|im_end|>", "a"]
-    stops = inspect_model(str(_gguf(tmp_path / "q.gguf", tokens, eos_token_id=4, eot_token_id=99,
-                                    fim_pad_token_id=1))).analysis.runtime("llama.cpp")
-    # eot 99 is out of the vocabulary (ignored); fim pad from the key, repo and sep by text
-    assert stops.ids == [0, 1, 2, 3, 4]
-
-
 # --- inner closing tags -----------------------------------------------------------------------
 
 
