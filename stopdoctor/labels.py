@@ -52,7 +52,7 @@ from .analysis import Analysis
 from .errors import InputError, TemplateError
 from .facts import ModelFacts
 from .model import ChatTemplate
-from .sandbox import render_chat
+from .sandbox import ChatRenderer, render_deadline
 
 COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl")
 
@@ -301,10 +301,11 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
                              "--collator completion-only or full")
     eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]
     bound_ok = _bytes_bound_tokens(tokenizer)
+    renderer = ChatRenderer(template.source, special_tokens=specials) if template is not None else None
     total = len(examples)
     for start in range(0, total, _CHUNK):
         chunk = examples[start:start + _CHUNK]
-        prepared = [_prepare_or_say_which(e, template, specials, settings, eos_text, eot_res) for e in chunk]
+        prepared = [_prepare_or_say_which(e, renderer, settings, eos_text, eot_res) for e in chunk]
         judged = [None if _must_tokenize(p, settings, bound_ok) else _judge_in_text(p, settings, pad_id, result)
                   for p in prepared]
         slow = [p for p, j in zip(prepared, judged) if j is None]
@@ -427,22 +428,19 @@ def _resolve(collator: str, example: Example) -> str:
     return "completion-only" if example.kind == "prompt-completion" else "full"
 
 
-def _render(template: ChatTemplate, messages: list[dict], specials: dict[str, str], tools: Any,
-            add_generation_prompt: bool = False, spans: list | None = None) -> str:
-    return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
-                       tools=tools, special_tokens=specials, generation_spans=spans)
-
-
 def _prepare_or_say_which(example: Example, *args) -> _Prepared:
     try:
-        return _prepare(example, *args)
+        # Each example gets its own render time limit: the command's shared deadline is for the
+        # fixed number of renders of the analysis, and a dataset can hold millions of examples.
+        with render_deadline(own=True):
+            return _prepare(example, *args)
     except TemplateError as error:  # a template that rejects one example: say which
         raise type(error)(f"example {example.index} (line {example.line}): {error.message}", error.hint,
                           error.line) from error
 
 
-def _prepare(example: Example, template: ChatTemplate | None, specials: dict[str, str],
-             settings: LabelSettings, eos_text: str | None, eot_res) -> _Prepared:
+def _prepare(example: Example, renderer: ChatRenderer | None, settings: LabelSettings, eos_text: str | None,
+             eot_res) -> _Prepared:
     collator = _resolve(settings.collator, example)
     row = example.row
     if example.kind == "text" or (example.kind == "prompt-completion" and not _chat_pc(example)):
@@ -470,11 +468,11 @@ def _prepare(example: Example, template: ChatTemplate | None, specials: dict[str
         messages = row["prompt"] + row["completion"]
         prompt_messages = row["prompt"]
     generation: list[tuple[int, int]] = []
-    text = _render(template, messages, specials, tools, spans=generation)
+    text = renderer.render(messages, tools=tools, generation_spans=generation)
     prepared = _Prepared(example, collator, text, False, generation=generation)
     if collator == "completion-only":
         if prompt_messages:
-            prepared.prompt_text = _render(template, prompt_messages, specials, tools, add_generation_prompt=True)
+            prepared.prompt_text = renderer.render(prompt_messages, tools=tools, add_generation_prompt=True)
             prepared.expected_from = len(prompt_messages)
         else:
             prepared.prompt_text = ""

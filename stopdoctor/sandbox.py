@@ -164,11 +164,12 @@ _OVERALL: ContextVar[tuple[float, float] | None] = ContextVar("stopdoctor_render
 
 
 @contextmanager
-def render_deadline(limits: RenderLimits = RenderLimits()) -> Iterator[None]:
+def render_deadline(limits: RenderLimits = RenderLimits(), own: bool = False) -> Iterator[None]:
     """Give every template render inside one shared deadline of `limits.max_total_seconds` (an
-    enclosing, earlier deadline wins). Each render still has its own `max_seconds`."""
+    enclosing, earlier deadline wins, unless `own`: work that grows with the input, such as one
+    dataset example, gets a deadline of its own). Each render still has its own `max_seconds`."""
     deadline = (time.monotonic() + limits.max_total_seconds, limits.max_total_seconds)
-    outer = _OVERALL.get()
+    outer = None if own else _OVERALL.get()
     token = _OVERALL.set(min(outer, deadline) if outer is not None else deadline)
     try:
         yield
@@ -459,8 +460,7 @@ class _GenerationExtension(jinja2.ext.Extension):
             self.call_method("_generation_support"), [], [], body
         ).set_lineno(lineno)
 
-    @jinja2.pass_eval_context
-    def _generation_support(self, context: Any, caller: Any) -> str:
+    def _generation_support(self, caller: Any) -> str:
         body = caller()
         recorder = _RECORDER.get()
         if recorder is not None:
@@ -503,6 +503,10 @@ class _Instrument(NodeTransformer):
         return self.ext.call_method("_guard_value", [node], lineno=node.lineno)
 
 
+# Extensions whose methods the compiled template calls directly (see _GuardedCodeGenerator).
+_DIRECT_EXTENSIONS = frozenset({_LimitsExtension.identifier, _GenerationExtension.identifier})
+
+
 class _GuardedBuffer(list):
     """Output buffer of macros, call blocks and `{% set %}` blocks: each append is checked."""
 
@@ -540,6 +544,21 @@ class _GuardedCodeGenerator(CodeGenerator):
     def buffer(self, frame: Frame) -> None:
         frame.buffer = self.temporary_identifier()
         self.writeline(f"{frame.buffer} = environment.stopdoctor_buffer()")
+
+    def visit_Call(self, node: jinja2.nodes.Call, frame: Frame, forward_caller: bool = False) -> None:
+        # Our own guards and the generation tag are trusted code: called directly, not through the
+        # sandbox's (metered) environment.call. Their arguments are still compiled by the sandbox.
+        target = node.node
+        if isinstance(target, jinja2.nodes.ExtensionAttribute) and target.identifier in _DIRECT_EXTENSIONS:
+            self.visit(target, frame)
+            self.write("(")
+            if forward_caller:
+                self.write("caller")
+            else:
+                self.visit(node.args[0], frame)
+            self.write(")")
+            return
+        super().visit_Call(node, frame, forward_caller=forward_caller)
 
 
 # Filters whose parameters are widths or counts: `'x'|center(10**9)` allocates before it returns.
@@ -603,6 +622,14 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         budget = _budget()
         budget.tick()
+        if operator == "+" and type(left) is str and type(right) is str:  # the common case, sized inline
+            size = len(left) + len(right)
+            budget.check_int(size, "a joined value of size")
+            budget.work_left -= size
+            if budget.work_left < 0:
+                raise _LimitExceeded(
+                    f"it built more than {budget.limits.max_work_chars} characters of intermediate strings")
+            return left + right
         _predict_binop(operator, left, right, budget)
         return budget.produced(super().call_binop(context, operator, left, right))
 
@@ -621,6 +648,11 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         return budget.produced(super().call(context, obj, *args, **kwargs))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
+        if type(obj) is dict and type(argument) is str:  # message['content']: no work to meter
+            try:
+                return obj[argument]
+            except KeyError:
+                pass
         budget = _budget()
         budget.tick()
         value = super().getitem(obj, argument)
@@ -783,6 +815,9 @@ def _compile_cached(source: str) -> CompiledTemplate:
         template = _environment().from_string(source)
     except Exception as exc:  # noqa: BLE001 - syntax errors, nesting too deep for the parser
         raise _convert(exc) from exc
+    # A ChainMap over the environment's globals, copied into every render's context: flattened
+    # once (the environment's globals never change after it is built).
+    template.globals = dict(template.globals)
     return CompiledTemplate(source, template)
 
 
@@ -798,7 +833,7 @@ def compile_template(source: str, limits: RenderLimits = RenderLimits()) -> Comp
             f"chat template is {len(source)} characters, over the {limits.max_template_chars} limit",
             "this is not a plausible chat template; raise RenderLimits.max_template_chars if you trust it",
         )
-    tags = len(_TAG_RE.findall(source))
+    tags = _tag_count(source)
     if tags > limits.max_template_tags:
         raise TemplateLimitError(
             f"chat template has {tags} Jinja tags, over the {limits.max_template_tags} limit",
@@ -810,19 +845,38 @@ def compile_template(source: str, limits: RenderLimits = RenderLimits()) -> Comp
 _TAG_RE = re.compile(r"\{[{%]")
 
 
+@functools.lru_cache(maxsize=64)
+def _tag_count(source: str) -> int:
+    return len(_TAG_RE.findall(source))
+
+
 # Names a message's reasoning is passed under (transformers `_REASONING_FIELDS`).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' `continue_final_message_tag`
 _RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
 
 
+class _LoneSurrogate(Exception):
+    """A lone surrogate found while copying inputs; the caller says which input held it."""
+
+
 def _plain(value: Any) -> Any:
     """transformers' `_plain_template_data`: rebuild inputs out of plain JSON types, and replace
-    any other object by an inert `<TypeName>` placeholder, so the template sees no methods."""
-    if value is None or type(value) in (str, int, float, bool):
+    any other object by an inert `<TypeName>` placeholder, so the template sees no methods.
+    Raises _LoneSurrogate on a string (or key) holding a lone surrogate: no tokenizer encodes it."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and (found := _SURROGATE.search(value)):  # isascii: a C-speed scan
+            raise _LoneSurrogate(found.group())
         return value
+    if value is None or kind in (int, float, bool):
+        return value
+    if kind is dict:
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if kind is list:
+        return [_plain(item) for item in value]
     if isinstance(value, str):
-        return str.__str__(value)
+        return _plain(str.__str__(value))
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
@@ -840,37 +894,137 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
+def _plain_input(what: str, value: Any) -> Any:
+    try:
+        return _plain(value)
+    except _LoneSurrogate as exc:
+        raise InputError(f"{what} holds a lone surrogate (\\u{ord(exc.args[0]):04x}), which is not Unicode text",
+                         "undecodable bytes (not UTF-8) or a bad \\u escape; no tokenizer can encode it") from None
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _first_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in a string, or in the strings and keys of nested lists and dicts."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if item.isascii():  # the common case, and a C-speed scan
-                continue
-            found = _SURROGATE.search(item)
-            if found:
-                return found.group()
-        elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return None
-
-
-def _alias_reasoning(chat: list[dict]) -> list[dict]:
-    """transformers' `_alias_reasoning_fields`."""
-    out = []
-    for message in chat:
+def _plain_chat(messages: Any) -> list[dict]:
+    """apply_chat_template's message preparation in one pass: drop keys whose value is None, copy
+    into plain data (`_plain`), alias the reasoning fields (`_alias_reasoning_fields`)."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InputError("cannot render an empty conversation", "give at least one message")
+    chat = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise InputError(f"chat messages must be dicts, got {type(message).__name__}", None)
+        chat.append({k: v for k, v in message.items() if v is not None})
+    chat = _plain_input("a message", chat)
+    for number, message in enumerate(chat):
         reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
         if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-        out.append(message)
-    return out
+            chat[number] = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+    return chat
+
+
+class ChatRenderer:
+    """`render_chat` for many conversations: the template, special tokens and extra variables
+    are checked and prepared once; `render` does the per-conversation part."""
+
+    def __init__(self, source: str, *, special_tokens: Mapping[str, str] | None = None,
+                 extra: Mapping | None = None, limits: RenderLimits = RenderLimits()) -> None:
+        self.source = source
+        self.limits = limits
+        self.compiled = compile_template(source, limits)
+        clash = _RESERVED & set(extra or {})
+        if clash:
+            raise InputError(f"extra template variables clash with {sorted(clash)}", None)
+        # apply_chat_template: `{**special_tokens_map, **kwargs}`
+        variables = _plain_input("a special token", {
+            k: str(v) for k, v in (special_tokens or {}).items() if v is not None})
+        variables.update(_plain_input("a template variable", dict(extra or {})))
+        self.variables = variables
+
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tools: list[dict] | None = None,
+        documents: Any = None,
+        generation_spans: list[tuple[int, int]] | None = None,
+    ) -> str:
+        """See `render_chat`."""
+        if continue_final_message and add_generation_prompt:
+            raise InputError(
+                "continue_final_message and add_generation_prompt cannot both be set",
+                "continue the final message, or start a new assistant turn, not both",
+            )
+        if tools is not None and not all(isinstance(tool, dict) for tool in tools):
+            raise InputError("tools must be JSON-schema dicts", "convert functions to schemas first")
+        if documents is not None and not all(isinstance(doc, dict) for doc in documents):
+            raise InputError("documents must be dicts with 'title' and 'text' keys", None)
+        if continue_final_message and generation_spans is not None:
+            raise InputError("continue_final_message cannot be combined with generation spans",
+                             "transformers refuses it with return_assistant_tokens_mask too")
+        chat = _plain_chat(messages)
+        tools = _plain_input("a tool", tools)
+        documents = _plain_input("a document", documents)
+        source = self.source
+
+        final_text = None
+        if continue_final_message:
+            key = continue_final_message if isinstance(continue_final_message, str) else "content"
+            final_text = chat[-1].get(key)
+            if final_text is None:
+                raise InputError(f'continue_final_message is set but the final message has no "{key}"', None)
+            fields = [key]
+            if key in _REASONING_FIELDS:
+                fields = [f for f in _REASONING_FIELDS if chat[-1].get(f) == final_text]
+            if not any(f in source for f in fields):
+                raise TemplateError(
+                    f'continue_final_message is set to "{key}" but the chat template never reads that field',
+                    "continue a field the template renders",
+                )
+            if isinstance(final_text, (list, tuple)):
+                for block in reversed(final_text):
+                    if "text" in block:
+                        final_text = block["text"]
+                        block["text"] = block["text"] + _CONTINUE_TAG
+                        break
+                else:
+                    raise InputError("continue_final_message is set but the final message has no text block", None)
+            else:
+                for f in fields:
+                    chat[-1][f] = chat[-1][f] + _CONTINUE_TAG
+
+        rendered = self.compiled.render(
+            {
+                **self.variables,
+                "messages": chat,
+                "tools": tools,
+                "documents": documents,
+                "add_generation_prompt": add_generation_prompt,
+            },
+            self.limits,
+            generation_spans,
+        )
+
+        if not rendered.isascii() and (found := _SURROGATE.search(rendered)):
+            raise TemplateLimitError(
+                f"chat template wrote a lone surrogate (\\u{ord(found.group()):04x}), which is not Unicode text",
+                "a \\ud800-style escape in the template; no tokenizer can encode its output",
+            )
+        if continue_final_message:
+            tag = _CONTINUE_TAG.strip()
+            if str(final_text).strip() not in rendered or tag not in rendered:
+                raise TemplateError(
+                    "continue_final_message is set but the final message does not appear in the rendered chat",
+                    "the template deletes part of the final message; it cannot be continued",
+                )
+            at = rendered.rindex(tag)
+            if rendered[at: at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+                rendered = rendered[:at]  # the template keeps spacing
+            else:
+                rendered = rendered[:at].rstrip()  # trailing spacing was trimmed; be cautious
+        return rendered
 
 
 def render_chat(
@@ -894,98 +1048,8 @@ def render_chat(
     open: whatever the template writes after its content is cut off.
     `generation_spans`, when a list, receives the character span of every `{% generation %}`
     block (transformers' `return_assistant_tokens_mask` spans; not with continue_final_message).
+    Rendering many conversations with one template: `ChatRenderer`.
     """
-    compiled = compile_template(source, limits)
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise InputError("cannot render an empty conversation", "give at least one message")
-    if continue_final_message and add_generation_prompt:
-        raise InputError(
-            "continue_final_message and add_generation_prompt cannot both be set",
-            "continue the final message, or start a new assistant turn, not both",
-        )
-    if tools is not None and not all(isinstance(tool, dict) for tool in tools):
-        raise InputError("tools must be JSON-schema dicts", "convert functions to schemas first")
-    if documents is not None and not all(isinstance(doc, dict) for doc in documents):
-        raise InputError("documents must be dicts with 'title' and 'text' keys", None)
-    if continue_final_message and generation_spans is not None:
-        raise InputError("continue_final_message cannot be combined with generation spans",
-                         "transformers refuses it with return_assistant_tokens_mask too")
-    clash = _RESERVED & set(extra or {})
-    if clash:
-        raise InputError(f"extra template variables clash with {sorted(clash)}", None)
-
-    # apply_chat_template: drop keys whose value is None, then `{**special_tokens_map, **kwargs}`
-    chat = []
-    for message in messages:
-        if not isinstance(message, Mapping):
-            raise InputError(f"chat messages must be dicts, got {type(message).__name__}", None)
-        chat.append({k: v for k, v in message.items() if v is not None})
-    for what, value in (("a message", chat), ("a special token", special_tokens), ("a tool", tools),
-                        ("a document", documents), ("a template variable", extra)):
-        char = _first_surrogate(value)
-        if char is not None:
-            raise InputError(f"{what} holds a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
-                             "undecodable bytes (not UTF-8) or a bad \\u escape; no tokenizer can encode it")
-    variables: dict[str, Any] = {
-        k: str(v) for k, v in (special_tokens or {}).items() if v is not None
-    }
-    variables.update(extra or {})
-    variables = _plain(variables)
-    chat = _alias_reasoning(_plain(chat))
-
-    final_text = None
-    if continue_final_message:
-        key = continue_final_message if isinstance(continue_final_message, str) else "content"
-        final_text = chat[-1].get(key)
-        if final_text is None:
-            raise InputError(f'continue_final_message is set but the final message has no "{key}"', None)
-        fields = [key]
-        if key in _REASONING_FIELDS:
-            fields = [f for f in _REASONING_FIELDS if chat[-1].get(f) == final_text]
-        if not any(f in source for f in fields):
-            raise TemplateError(
-                f'continue_final_message is set to "{key}" but the chat template never reads that field',
-                "continue a field the template renders",
-            )
-        if isinstance(final_text, (list, tuple)):
-            for block in reversed(final_text):
-                if "text" in block:
-                    final_text = block["text"]
-                    block["text"] = block["text"] + _CONTINUE_TAG
-                    break
-            else:
-                raise InputError("continue_final_message is set but the final message has no text block", None)
-        else:
-            for f in fields:
-                chat[-1][f] = chat[-1][f] + _CONTINUE_TAG
-
-    rendered = compiled.render(
-        {
-            **variables,
-            "messages": chat,
-            "tools": _plain(tools),
-            "documents": _plain(documents),
-            "add_generation_prompt": add_generation_prompt,
-        },
-        limits,
-        generation_spans,
-    )
-
-    if (char := _first_surrogate(rendered)) is not None:
-        raise TemplateLimitError(
-            f"chat template wrote a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
-            "a \\ud800-style escape in the template; no tokenizer can encode its output",
-        )
-    if continue_final_message:
-        tag = _CONTINUE_TAG.strip()
-        if str(final_text).strip() not in rendered or tag not in rendered:
-            raise TemplateError(
-                "continue_final_message is set but the final message does not appear in the rendered chat",
-                "the template deletes part of the final message; it cannot be continued",
-            )
-        at = rendered.rindex(tag)
-        if rendered[at: at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
-            rendered = rendered[:at]  # the template keeps spacing
-        else:
-            rendered = rendered[:at].rstrip()  # trailing spacing was trimmed; be cautious
-    return rendered
+    return ChatRenderer(source, special_tokens=special_tokens, extra=extra, limits=limits).render(
+        messages, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+        tools=tools, documents=documents, generation_spans=generation_spans)

@@ -422,6 +422,34 @@ def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, cas
         assert not any(e.tokenized for e in lazy.labels.examples)
 
 
+def test_a_dataset_is_not_held_to_the_commands_render_deadline(synth_root, tmp_path):
+    """The command's shared render deadline is for its fixed analysis renders; rendering a big
+    dataset takes longer than that and must still finish (it failed after ~27k examples)."""
+    from stopdoctor.sandbox import RenderLimits, render_deadline
+
+    facts = load(str(synth_root / "clean-chatml"))
+    analysis = analyze(facts)
+    examples = load_examples(_rows_file(tmp_path, ALTERNATING * 400))
+    with render_deadline(RenderLimits(max_total_seconds=0.01)):
+        result = label_dataset(facts, analysis, examples, "rows")
+        with pytest.raises(StopdoctorError, match="more than 0.01 s in all"):
+            render_chat(facts.template.source, ALTERNATING[0]["messages"])  # the deadline is past
+    assert len(result.examples) == len(examples) and all(s.trained for s in result.spans)
+
+
+def test_each_example_keeps_the_sandbox_limits(synth_root, tmp_path):
+    """A template that blows up on one example is still stopped, and the example named."""
+    hostile = tmp_path / "doubling.jinja"
+    hostile.write_text("{% set ns = namespace(s='x') %}{% for m in messages %}{% if m.content == 'x' %}"
+                       "{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{% endif %}"
+                       "{{ m.content }}<|im_end|>{% endfor %}")
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "b"}]}]
+    settings = LabelSettings(template=_template(hostile), collator="full")
+    with pytest.raises(StopdoctorError, match=r"example 1 \(line 2\): chat template stopped"):
+        check_labels(str(synth_root / "clean-chatml"), str(_rows_file(tmp_path, rows)), settings)
+
+
 def test_progress_appears_only_after_a_second(capsys):
     from stopdoctor.cli.labels import _Progress
 
