@@ -437,6 +437,8 @@ def _prepare_or_say_which(example: Example, *args) -> _Prepared:
     except TemplateError as error:  # a template that rejects one example: say which
         raise type(error)(f"example {example.index} (line {example.line}): {error.message}", error.hint,
                           error.line) from error
+    except InputError as error:  # a message the renderer refuses (a lone surrogate): say which
+        raise InputError(f"example {example.index} (line {example.line}): {error.message}", error.hint) from error
 
 
 def _prepare(example: Example, renderer: ChatRenderer | None, settings: LabelSettings, eos_text: str | None,
@@ -460,7 +462,7 @@ def _prepare(example: Example, renderer: ChatRenderer | None, settings: LabelSet
         try:
             tools = json.loads(tools)
         except json.JSONDecodeError as exc:
-            raise InputError(f"example {example.index} (line {example.line}): \"tools\" is not JSON: {exc.msg}") from exc
+            raise InputError(f"\"tools\" is not JSON: {exc.msg}") from exc
     if example.kind == "messages":
         messages = row["messages"]
         prompt_messages = messages[:-1] if messages[-1].get("role") == "assistant" else None

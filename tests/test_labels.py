@@ -481,6 +481,18 @@ def test_template_rejecting_an_example_names_it(synth_root, tmp_path):
     assert run.code == 2 and "example 1 (line 2): chat template raised" in run.stderr
 
 
+@pytest.mark.parametrize("row, message", [
+    ({"messages": [{"role": "user", "content": "\ud800"}, {"role": "assistant", "content": "b"}]},
+     "example 1 (line 2): a message holds a lone surrogate"),
+    ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "tools": "[{"},
+     'example 1 (line 2): "tools" is not JSON'),
+])
+def test_an_example_the_renderer_refuses_is_named(synth_root, tmp_path, row, message):
+    good = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(_rows_file(tmp_path, [good, row])))
+    assert run.code == 2 and message in run.stderr and len(run.stderr.splitlines()) <= 2
+
+
 def test_gguf_pad_masking_points_at_the_gguf_key(real_gguf_models):
     report = _run(real_gguf_models.smollm2_gguf, collator="pad-id")
     (finding,) = report.findings
