@@ -109,6 +109,11 @@ class Span:
 
 @dataclass(frozen=True)
 class LabelledExample:
+    """One example's verdict. `text`, `ids`, `trained` and `offsets` are kept for the first
+    `LabelSettings.tokenize_first` examples (all when None: the ones `--show` prints); beyond
+    them they are empty and only the spans' verdicts are kept, so that memory does not grow with
+    the dataset's tokens."""
+
     index: int
     kind: str
     collator: str  # the one applied (auto resolved)
@@ -390,7 +395,7 @@ def _judge_in_text(p: _Prepared, settings: LabelSettings, pad_id: int | None,
         else:
             trained = True
         spans.append(Span(message, None, None, end_id, trained, None if trained else _cause(p, end_id, pad_id, result)))
-    return LabelledExample(p.example.index, p.example.kind, p.collator, p.text, (), (), (), None, tuple(spans),
+    return LabelledExample(p.example.index, p.example.kind, p.collator, "", (), (), (), None, tuple(spans),
                            p.unlocated, p.example.line)
 
 
@@ -599,9 +604,17 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
         else:
             trained = [True] * n
         kept = n if limit is None else min(n, limit)
-        spans = list(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
-        yield LabelledExample(p.example.index, p.example.kind, p.collator, p.text, tuple(ids[:kept]),
-                              tuple(trained[:kept]), tuple(offsets[:kept]), n, tuple(spans), p.unlocated, p.example.line)
+        spans = tuple(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
+        if _keeps_tokens(p, settings):
+            yield LabelledExample(p.example.index, p.example.kind, p.collator, p.text, tuple(ids[:kept]),
+                                  tuple(trained[:kept]), tuple(offsets[:kept]), n, spans, p.unlocated, p.example.line)
+        else:  # the verdict only: a million examples' tokens do not fit in memory
+            yield LabelledExample(p.example.index, p.example.kind, p.collator, "", (), (), (), n, spans,
+                                  p.unlocated, p.example.line)
+
+
+def _keeps_tokens(p: _Prepared, settings: LabelSettings) -> bool:
+    return settings.tokenize_first is None or p.example.index < settings.tokenize_first
 
 
 def _axolotl_mask(p: _Prepared, ids, offsets, eot_ids: frozenset[int], eos_id: int | None) -> list[bool]:

@@ -420,6 +420,9 @@ def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, cas
     assert [(f.code, f.message) for f in lazy.findings] == [(f.code, f.message) for f in tokenized.findings]
     if case == "clean-chatml" and "max_length" not in settings:
         assert not any(e.tokenized for e in lazy.labels.examples)
+    # beyond the shown examples only verdicts are kept: memory does not grow with the tokens
+    assert not any(e.ids or e.offsets or e.text for e in lazy.labels.examples)
+    assert all(len(e.ids) == len(e.trained) > 0 for e in tokenized.labels.examples if e.spans)
 
 
 def test_a_dataset_is_not_held_to_the_commands_render_deadline(synth_root, tmp_path):
