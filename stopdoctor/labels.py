@@ -41,6 +41,7 @@ errors; `tokenizers` through the vocabulary. Never transformers or torch.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -655,6 +656,26 @@ def _tokens_overlapping(offsets: Sequence[tuple[int, int]], start: int, end: int
     return found
 
 
+def _token_range(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """(first, last + 1) of `_tokens_overlapping(offsets, start, end)`, by bisection: a long
+    content is not walked token by token."""
+    first = bisect.bisect_right(offsets, start, key=_end_of)  # first token ending after `start`
+    stop = bisect.bisect_left(offsets, end, lo=first, key=_start_of)  # first token starting at/after `end`
+    while first < stop and offsets[first][1] <= offsets[first][0]:
+        first += 1  # zero-width tokens do not count
+    while stop > first and offsets[stop - 1][1] <= offsets[stop - 1][0]:
+        stop -= 1
+    return (first, stop) if first < stop else None
+
+
+def _end_of(offset: tuple[int, int]) -> int:
+    return offset[1]
+
+
+def _start_of(offset: tuple[int, int]) -> int:
+    return offset[0]
+
+
 def _spans(p: _Prepared, ids, offsets, trained, kept: int, end_ids: set[int], pad_id, result: LabelsResult):
     if p.special:  # text / prompt-completion strings: the example must end with eos (or an end-of-turn)
         body_start = 0
@@ -667,8 +688,7 @@ def _spans(p: _Prepared, ids, offsets, trained, kept: int, end_ids: set[int], pa
         yield _judge(p, None, (body_start, last), last, ids, trained, kept, pad_id, result, [last])
         return
     for message, c_start, c_end, e_start, e_end in p.turns:
-        content = _tokens_overlapping(offsets, c_start, c_end)
-        token_range = (content[0], content[-1] + 1) if content else None
+        token_range = _token_range(offsets, c_start, c_end)
         if e_start is None:
             yield Span(message, token_range, None, None, False, ABSENT)
             continue

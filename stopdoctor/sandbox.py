@@ -661,6 +661,11 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         return value
 
     def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and not hasattr(dict, attribute):  # message.content: an item, as jinja finds it
+            try:
+                return obj[attribute]
+            except KeyError:
+                pass
         _budget().tick()
         return super().getattr(obj, attribute)
 

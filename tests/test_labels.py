@@ -453,6 +453,25 @@ def test_each_example_keeps_the_sandbox_limits(synth_root, tmp_path):
         check_labels(str(synth_root / "clean-chatml"), str(_rows_file(tmp_path, rows)), settings)
 
 
+@pytest.mark.parametrize("family", ["clean-llama2", "clean-llama3", "clean-chatml", "clean-gemma", "clean-mistral"])
+def test_token_range_by_bisection_matches_the_token_walk(synth_root, family):
+    import random
+
+    from stopdoctor.labels import _token_range, _tokens_overlapping
+
+    facts = load(str(synth_root / family))
+    tokenizer = facts.vocab.tokenizer()
+    rng = random.Random(family)
+    for row in ALTERNATING:
+        text = render_chat(facts.template.source, row["messages"], special_tokens=facts.special_token_texts())
+        offsets = tokenizer.encode(text + " héllo 😀 wörld", add_special_tokens=True).offsets
+        for _ in range(200):
+            start = rng.randint(0, len(text) + 10)
+            end = start + rng.randint(0, 40)
+            walked = _tokens_overlapping(offsets, start, end)
+            assert _token_range(offsets, start, end) == ((walked[0], walked[-1] + 1) if walked else None)
+
+
 def test_progress_appears_only_after_a_second(capsys):
     from stopdoctor.cli.labels import _Progress
 
