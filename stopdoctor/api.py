@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .analysis import Analysis, analyze
 from .checks import run_checks
+from .errors import InputError
 from .facts import ModelFacts, load_facts
 from .model import ModelSource
 from .report import Finding
@@ -117,9 +119,12 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
-    from .labels import LabelSettings, label_dataset, load_examples
+    from .labels import LabelSettings, count_examples, iter_examples, label_dataset
 
     analysis = analyze(facts)
-    examples = load_examples(data, limit)
-    labels = label_dataset(facts, analysis, examples, str(data), settings or LabelSettings(), progress)
+    total = count_examples(data, limit)
+    if not total:
+        raise InputError(f"{Path(data).name}: holds no example")
+    labels = label_dataset(facts, analysis, iter_examples(data, limit), str(data), settings or LabelSettings(),
+                           progress, total)
     return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))

@@ -42,9 +42,10 @@ errors; `tokenizers` through the vocabulary. Never transformers or torch.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,13 +193,26 @@ class LabelsResult:
 
 def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
     """JSONL rows with `messages` (chat), `prompt`/`completion` (strings or message lists), or `text`."""
+    examples = list(iter_examples(path, limit))
+    if not examples:
+        raise InputError(f"{Path(path).name}: holds no example")
+    return examples
+
+
+def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Example]:
+    """`load_examples` one row at a time, so that a dataset's rows need not fit in memory. A bad
+    row is an error when it is reached."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
-    examples: list[Example] = []
+    return _rows(path, limit)
+
+
+def _rows(path: Path, limit: int | None) -> Iterator[Example]:
+    count = 0
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
-            if limit is not None and len(examples) >= limit:
+            if limit is not None and count >= limit:
                 break
             if not line.strip():
                 continue
@@ -207,10 +221,24 @@ def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path.name}: line {number} is not JSON: {exc.msg}",
                                  "the data must be JSONL: one JSON object a line") from exc
-            examples.append(Example(len(examples), number, _kind(row, f"{path.name} line {number}"), row))
-    if not examples:
-        raise InputError(f"{path.name}: holds no example")
-    return examples
+            yield Example(count, number, _kind(row, f"{path.name} line {number}"), row)
+            count += 1
+
+
+def count_examples(path: str | Path, limit: int | None = None) -> int:
+    """The number of non-blank lines (the examples `iter_examples` yields when every line is
+    valid): the total a progress bar counts towards, read without parsing."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
+    count = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+    return count
 
 
 def _kind(row: Any, where: str) -> str:
@@ -257,9 +285,11 @@ class _Prepared:
     unlocated: int = 0
 
 
-def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Example], data: str,
+def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Example], data: str,
                   settings: LabelSettings = LabelSettings(),
-                  progress: Callable[[int, int], None] | None = None) -> LabelsResult:
+                  progress: Callable[[int, int], None] | None = None, total: int | None = None) -> LabelsResult:
+    """Label every example (a list, or `iter_examples` for a dataset read as it goes; then give
+    `total`, the count the progress reports towards). Only verdicts are kept per example."""
     if settings.collator not in COLLATORS:
         raise InputError(f"unknown collator {settings.collator!r}", f"use one of {', '.join(COLLATORS)}")
     if settings.max_length is not None and settings.max_length < 1:
@@ -295,6 +325,29 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
     result = LabelsResult(facts, settings, data, template,
                           template is not None and GENERATION_TAG.search(template.source) is not None,
                           markers, pad_id, pad_note, eos_id, _axolotl_ids(settings, template, eos_text, eos_id, vocab))
+    eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]
+    bound_ok = _bytes_bound_tokens(tokenizer)
+    renderer = ChatRenderer(template.source, special_tokens=specials) if template is not None else None
+    if total is None:
+        examples = list(examples)
+        total = len(examples)
+    rows = iter(examples)
+    done = 0
+    while chunk := list(itertools.islice(rows, _CHUNK)):
+        _check_kinds(chunk, template, settings, data)
+        prepared = [_prepare_or_say_which(e, renderer, settings, eos_text, eot_res) for e in chunk]
+        judged = [None if _must_tokenize(p, settings, bound_ok) else _judge_in_text(p, settings, pad_id, result)
+                  for p in prepared]
+        slow = [p for p, j in zip(prepared, judged) if j is None]
+        tokenized = iter(_tokenize_and_label(slow, tokenizer, settings, pad_id, end_ids, result))
+        result.examples.extend(j if j is not None else next(tokenized) for j in judged)
+        done += len(chunk)
+        if progress is not None:
+            progress(done, max(done, total))
+    return result
+
+
+def _check_kinds(examples: list[Example], template: ChatTemplate | None, settings: LabelSettings, data: str) -> None:
     if template is None and any(e.kind == "messages" or _chat_pc(e) for e in examples):
         raise InputError("the model has no chat template, so chat rows cannot be rendered",
                          "pass the template the trainer uses with --template FILE")
@@ -305,21 +358,6 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Sequence[Exam
                              f"{settings.collator} loss needs chat rows",
                              "TRL refuses assistant_only_loss on non-conversational data too; use "
                              "--collator completion-only or full")
-    eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]
-    bound_ok = _bytes_bound_tokens(tokenizer)
-    renderer = ChatRenderer(template.source, special_tokens=specials) if template is not None else None
-    total = len(examples)
-    for start in range(0, total, _CHUNK):
-        chunk = examples[start:start + _CHUNK]
-        prepared = [_prepare_or_say_which(e, renderer, settings, eos_text, eot_res) for e in chunk]
-        judged = [None if _must_tokenize(p, settings, bound_ok) else _judge_in_text(p, settings, pad_id, result)
-                  for p in prepared]
-        slow = [p for p, j in zip(prepared, judged) if j is None]
-        tokenized = iter(_tokenize_and_label(slow, tokenizer, settings, pad_id, end_ids, result))
-        result.examples.extend(j if j is not None else next(tokenized) for j in judged)
-        if progress is not None:
-            progress(min(start + _CHUNK, total), total)
-    return result
 
 
 def _axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_text: str | None,

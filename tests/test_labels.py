@@ -21,6 +21,8 @@ from stopdoctor.labels import (
     SPLIT,
     TRUNCATED,
     LabelSettings,
+    count_examples,
+    iter_examples,
     label_dataset,
     load_examples,
 )
@@ -391,6 +393,28 @@ def test_label_dataset_reports_progress(synth_root):
     calls = []
     label_dataset(facts, analyze(facts), load_examples(CHAT), "chat", progress=lambda d, t: calls.append((d, t)))
     assert calls == [(6, 6)]
+
+
+def test_a_dataset_is_read_as_it_goes(synth_root, tmp_path):
+    """Rows are read a chunk at a time, so a dataset need not fit in memory."""
+    facts = load(str(synth_root / "clean-chatml"))
+    data = _rows_file(tmp_path, ALTERNATING * 300 + [{"text": "hello"}])
+    total = count_examples(data)
+    read = []
+
+    def rows():
+        for example in iter_examples(data):
+            read.append(example.index)
+            yield example
+
+    progress = []
+    result = label_dataset(facts, analyze(facts), rows(), "rows", progress=lambda d, t: progress.append((d, t, len(read))),
+                           total=total)
+    assert total == len(ALTERNATING) * 300 + 1 == len(result.examples)
+    assert progress[0] == (512, total, 512) and progress[-1] == (total, total, total)
+    with pytest.raises(StopdoctorError, match=rf"example {total - 1} \(line {total}\) is not a conversation"):
+        label_dataset(facts, analyze(facts), iter_examples(data), "rows", LabelSettings(collator="assistant-only"),
+                      total=total)
 
 
 @pytest.mark.parametrize("case, rows, settings", [
