@@ -7,8 +7,9 @@ training template (generation markers around content + <|im_end|>).
 - baseline: a loop calling transformers' `apply_chat_template(..., tokenize=True,
   return_dict=True, return_assistant_tokens_mask=True)` per example — masks only, no analysis.
 
-Also times the default (`auto` = full-sequence) run on the model's own template. The baseline
-needs transformers; stopdoctor does not.
+Also times the default (`auto` = full-sequence) run on the model's own template, and the
+assistant-only run once as a command in a fresh process (imports and report included). The
+baseline needs transformers; stopdoctor does not.
 
 Run: python benchmarks/bench_labels.py [MODEL_DIR] [N] [REPEATS]
 Defaults to $STOPDOCTOR_TEST_MODELS/smollm2-hf, N = 10000, REPEATS = 3 (alternated, best of each).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +86,13 @@ def main() -> None:
         default_report = check_labels(str(model), str(data), LabelSettings(max_length=2048, tokenize_first=0))
         ours_default = time.perf_counter() - start
 
+        # the command as a user runs it: a fresh process, imports, model load, report
+        start = time.perf_counter()
+        command = subprocess.run([sys.executable, "-m", "stopdoctor", "labels", str(model), "--data", str(data),
+                                  "--collator", "assistant-only", "--template", str(TEMPLATE)],
+                                 capture_output=True, text=True, check=False)
+        ours_cli = time.perf_counter() - start
+
         # untimed: the same labels with every example tokenized, to compare masks with the baseline
         sample = Path(tmp) / "sample.jsonl"
         sample.write_text("".join(json.dumps(r) + "\n" for r in rows[:500]))
@@ -107,6 +116,7 @@ def main() -> None:
           f"end-of-turns trained, findings: {[f.code for f in report.findings]})")
     print(f"stopdoctor labels --max-length 2048 (auto = full sequence, model template): {ours_default:.2f} s "
           f"(findings: {[f.code for f in default_report.findings]})")
+    print(f"the same assistant-only run as a command (fresh process): {ours_cli:.2f} s (exit {command.returncode})")
     print(f"baseline apply_chat_template(return_assistant_tokens_mask=True) loop: {baseline:.2f} s "
           f"(all: {', '.join(f'{t:.2f}' for t in baseline_times)})")
     print(f"speed-up: {baseline / ours:.1f}x best vs best, {ratios[len(ratios) // 2]:.1f}x median of paired runs  "

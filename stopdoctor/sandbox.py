@@ -2,7 +2,8 @@
 
 What lives here:
 - `compile_template` / `render_chat`: a renderer whose output is byte-identical to
-  `tokenizer.apply_chat_template(..., tokenize=False)` for the same messages and special tokens.
+  `tokenizer.apply_chat_template(..., tokenize=False)` for the same messages and special tokens;
+  `ChatRenderer` renders many conversations with one template (labels: a whole dataset).
   The environment copies transformers' (`transformers/utils/chat_template_utils.py`,
   `_cached_compile_jinja_template` and `render_jinja_template`, transformers 5.x): an
   `ImmutableSandboxedEnvironment` with `trim_blocks`, `lstrip_blocks`, `loopcontrols`, the
@@ -10,8 +11,9 @@ What lives here:
   a restricted `dict` and `namespace`.
 - Limits on top of transformers' sandbox: template size, wall-clock time, size of every value and
   output buffer, and a total string-work budget. They are checked from hooks the template cannot
-  avoid (every call, attribute/item access, arithmetic operator, loop iteration, output append),
-  so no thread or signal is needed to stop a hostile template. Results that can outgrow their
+  avoid (every call, attribute/item access, arithmetic operator, loop iteration, output append;
+  a plain dict lookup such as `message['content']` does no work and skips the clock), so no thread
+  or signal is needed to stop a hostile template. Results that can outgrow their
   inputs (indent, replace, join, format, expandtabs, tojson(indent), str() of a container) are
   sized before they are built; one Python call the clock cannot interrupt must not build gigabytes.
 - `render_deadline`: one wall-clock budget shared by every render inside it (a command renders a
@@ -46,6 +48,7 @@ from jinja2.visitor import NodeTransformer
 from stopdoctor.errors import InputError, TemplateError
 
 __all__ = [
+    "ChatRenderer",
     "CompiledTemplate",
     "RenderLimits",
     "TemplateLimitError",
