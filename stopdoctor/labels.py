@@ -45,6 +45,7 @@ import bisect
 import itertools
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,19 +211,34 @@ def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Exampl
 
 def _rows(path: Path, limit: int | None) -> Iterator[Example]:
     count = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
             if limit is not None and count >= limit:
                 break
-            if not line.strip():
+            if not raw.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path.name}: line {number} is not JSON: {exc.msg}",
-                                 "the data must be JSONL: one JSON object a line") from exc
+            row = _parse_row(raw, number, path.name)
             yield Example(count, number, _kind(row, f"{path.name} line {number}"), row)
             count += 1
+
+
+def _parse_row(raw: bytes, number: int, name: str) -> Any:
+    """One JSONL line; every way it can fail is one InputError naming the line."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: line {number} is not UTF-8 text (byte {exc.start})",
+                         "the data must be UTF-8 JSONL, as the datasets library writes it") from exc
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}: line {number} is not JSON: {exc.msg}",
+                         "the data must be JSONL: one JSON object a line") from exc
+    except RecursionError as exc:
+        raise InputError(f"{name}: line {number} holds JSON nested too deeply") from exc
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise InputError(f"{name}: line {number} holds an integer of more than "
+                         f"{sys.get_int_max_str_digits()} digits") from exc
 
 
 def count_examples(path: str | Path, limit: int | None = None) -> int:

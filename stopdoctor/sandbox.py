@@ -908,6 +908,9 @@ def _plain_input(what: str, value: Any) -> Any:
     except _LoneSurrogate as exc:
         raise InputError(f"{what} holds a lone surrogate (\\u{ord(exc.args[0]):04x}), which is not Unicode text",
                          "undecodable bytes (not UTF-8) or a bad \\u escape; no tokenizer can encode it") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be template data",
+                         "chat messages, tools and documents are a few levels of lists and objects") from None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

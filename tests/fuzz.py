@@ -1,6 +1,6 @@
 """Random hostile inputs through the real CLI: mutated model JSON files, GGUF headers, chat templates,
-serving files and command-line arguments. Every run must end in exit 0, 1 or 2 (never 3, never a
-traceback), within its time limit and memory limit.
+serving files, labels datasets, response logs and command-line arguments. Every run must end in
+exit 0, 1 or 2 (never 3, never a traceback), within its time limit and memory limit.
 
     python tests/fuzz.py [--cases 400] [--seed 1] [--jobs 2] [--keep DIR]
 
@@ -301,6 +301,118 @@ class Generator:
         fmt = rng.choice(["human", "json", "sarif", "junit", "github"])
         return Case("serving", ["check", str(folder), "--serving", str(path), "--format", fmt], note)
 
+    # labels datasets (training data is as untrusted as model files) ------------------------------
+    def labels_case(self) -> Case:
+        rng = self.rng
+        rows: list = []
+        notes = []
+        for _ in range(rng.randint(1, 4)):
+            row: object = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+            how = rng.choice(["good", "good", "good", "value", "value", "shape", "text", "prompt-completion", "tools"])
+            value = rng.choice(HOSTILE_VALUES)
+            if how == "good":  # most rows of a real dataset are fine: the bad one may come late
+                row = rng.choice([row, {"text": "plain text"}, {"prompt": "q", "completion": " a"},
+                                  {"prompt": [{"role": "user", "content": "q"}],
+                                   "completion": [{"role": "assistant", "content": "a"}]}])
+            elif how == "value":
+                message = rng.choice(row["messages"])
+                key = rng.choice(["content", "content", "role", "tool_calls", "thinking", "reasoning_content"])
+                message[key] = value
+                how = f"{key}={_short(value)}"
+            elif how == "shape":
+                row = rng.choice([{"messages": []}, {"messages": "x"}, {"messages": [1]}, [], 5, {"conversations": []},
+                                  {"prompt": [], "completion": "x"}, {"messages": [{"role": "assistant"}]},
+                                  {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant"}]}])
+                how = f"row {_short(row)}"
+            elif how == "text":
+                row = {"text": value}
+                how = f"text={_short(value)}"
+            elif how == "prompt-completion":
+                row = {"prompt": value, "completion": rng.choice(HOSTILE_VALUES)}
+                how = f"prompt={_short(value)}"
+            else:
+                row["tools"] = rng.choice([value, "[{", '[{"type": "function"}]', [{"type": "function", "function": value}]])
+                how = f"tools={_short(row['tools'])}"
+            rows.append(row)
+            notes.append(how)
+        text = "".join(json.dumps(row, ensure_ascii=rng.random() < 0.5) + "\n" for row in rows)
+        text = text.replace('"__BIGINT__"', "1" + "0" * 4400)
+        raw = text.encode("utf-8", "surrogatepass")
+        mangle = rng.choice(["none", "none", "none", "bytes", "truncate", "nest", "blank"])
+        if mangle == "bytes":
+            raw = bytearray(raw)
+            for _ in range(rng.randint(1, 4)):
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+            raw = bytes(raw)
+        elif mangle == "truncate":
+            raw = raw[: rng.randrange(len(raw))]
+        elif mangle == "nest":
+            depth = rng.choice([500, 990, 50_000])
+            raw += b'{"messages": [{"role": "user", "content": ' + b"[" * depth + b"]" * depth + b"}]}\n"
+        elif mangle == "blank":
+            raw = b"\n \n"
+        data = self._file("data.jsonl", raw)
+        args = ["labels", str(self.base / rng.choice(self.families)), "--data", str(data),
+                "--collator", rng.choice(["auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl"])]
+        if rng.random() < 0.4:
+            args += ["--max-length", str(rng.choice([1, 5, 2048, 10**9]))]
+        if rng.random() < 0.4:
+            args += ["--show", str(rng.choice([1, 3, 1000]))]
+        if rng.random() < 0.3:
+            args += ["--append-eos"]
+        if rng.random() < 0.3:
+            args += ["--json"]
+        return Case("labels", args, f"{mangle}: " + "; ".join(notes)[:150])
+
+    # response logs -----------------------------------------------------------------------------
+    def logs_case(self) -> Case:
+        rng = self.rng
+        lines = (ROOT / "fixtures" / "logs" / "responses.jsonl").read_text().rstrip("\n").split("\n")
+        how = rng.choice(["value", "value", "bytes", "truncate", "nest", "shape"])
+        note = how
+        if how == "value":
+            for _ in range(rng.randint(1, 3)):
+                at = rng.randrange(len(lines))
+                try:
+                    record = json.loads(lines[at])
+                except ValueError:
+                    continue  # the sample log has a cut line on purpose
+                response = record.get("response", record)
+                if not isinstance(response.get("choices"), list) or not response["choices"]:
+                    continue
+                choice = response["choices"][0]
+                key = rng.choice(["finish_reason", "message", "stop_reason", "index", "matched_stop", "text"])
+                value = rng.choice(HOSTILE_VALUES)
+                if key == "message" and rng.random() < 0.5:
+                    choice["message"]["content"] = value
+                else:
+                    choice[key] = value
+                if rng.random() < 0.3 and isinstance(record.get("request"), dict):
+                    record["request"]["max_tokens"] = rng.choice(HOSTILE_VALUES)
+                lines[at] = json.dumps(record, ensure_ascii=rng.random() < 0.5).replace('"__BIGINT__"', "1" + "0" * 4400)
+                note = f"{key}={_short(value)}"
+        elif how == "bytes":
+            raw = bytearray("\n".join(lines).encode())
+            for _ in range(rng.randint(1, 8)):
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+            path = self._file("log.jsonl", bytes(raw))
+            return Case("logs", ["logs", str(path)], "random bytes")
+        elif how == "truncate":
+            whole = "\n".join(lines)
+            lines = [whole[: rng.randrange(len(whole))]]
+        elif how == "nest":
+            depth = rng.choice([100, 1000, 50_000])
+            lines.append('{"response": {"choices": [{"finish_reason": "stop", "message": ' + "[" * depth + "]" * depth + "}]}}")
+        else:
+            lines.append(rng.choice(["[]", "5", '"x"', "{}", '{"choices": 3}', '{"choices": [null]}', '{"response": []}']))
+        path = self._file("log.jsonl", "\n".join(lines) + "\n")
+        args = ["logs", str(path)]
+        if rng.random() < 0.3:
+            args += ["--json"]
+        if rng.random() < 0.2:
+            args += ["--model", str(self.base / rng.choice(self.families))]
+        return Case("logs", args, note)
+
     # command-line arguments ----------------------------------------------------------------------
     def args_case(self) -> Case:
         rng = self.rng
@@ -315,7 +427,8 @@ class Generator:
 
     def cases(self, count: int) -> list[Case]:
         makers = [self.json_case, self.json_case, self.template_case, self.template_case, self.template_case,
-                  self.gguf_case, self.gguf_case, self.serving_case, self.serving_case, self.args_case]
+                  self.gguf_case, self.gguf_case, self.serving_case, self.serving_case, self.args_case,
+                  self.labels_case, self.logs_case]
         return [self.rng.choice(makers)() for _ in range(count)]
 
 

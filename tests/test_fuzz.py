@@ -1,6 +1,6 @@
 """A share of tests/fuzz.py in CI: random hostile model files, GGUF headers, templates, serving
-files and arguments through the CLI; none may exit 3, print a traceback, hang or pass the memory
-limit. `python tests/fuzz.py --cases 1000 --seed N` runs more of them."""
+files, training datasets (labels), response logs and arguments through the CLI; none may exit 3,
+print a traceback, hang or pass the memory limit. `python tests/fuzz.py --cases 1000 --seed N` runs more of them."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_random_hostile_inputs_never_crash_hang_or_blow_up(tmp_path):
     assert len(report.outcomes) == CI_CASES
     assert not report.failures, report.summary()
     kinds = {o.case.kind for o in report.outcomes}
-    assert kinds == {"json", "template", "gguf", "serving", "args"}, kinds
+    assert kinds == {"json", "template", "gguf", "serving", "args", "labels", "logs"}, kinds
     assert time.monotonic() - started < 240
 
 

@@ -487,3 +487,17 @@ def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
     assert time.monotonic() - started < 60
     big = write(tmp_path, "big.txt", "x" * 17_000_000)
     one_line_exit_2(cli("probe-stop", "User:", "--model", model(), "--corpus", big), "big.txt", "larger than the 16 MB")
+
+
+@pytest.mark.parametrize("where", ["message", "tool"])
+def test_template_data_nested_too_deeply_is_an_input_error(where):
+    from stopdoctor.errors import InputError
+    from stopdoctor.sandbox import render_chat
+
+    deep: list = []
+    for _ in range(sys.getrecursionlimit() + 10):
+        deep = [deep]
+    message = {"role": "user", "content": deep if where == "message" else "hi"}
+    tools = [{"type": "function", "deep": deep}] if where == "tool" else None
+    with pytest.raises(InputError, match=f"a {where} is nested too deeply"):
+        render_chat("{{ messages[0].role }}", [message], tools=tools)

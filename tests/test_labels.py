@@ -377,6 +377,29 @@ def test_bad_data_is_one_line_exit_2(synth_root, tmp_path):
     assert run.code == 2 and "assistant-only loss needs chat rows" in run.stderr
 
 
+_GOOD_ROW = b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}\n'
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"text": "caf\xe9"}', "line 2 is not UTF-8 text (byte 13)"),
+    (b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "line 2 holds JSON nested too deeply"),
+    (b'{"text": "a", "n": 1' + b"0" * 5000 + b"}", "line 2 holds an integer of more than"),
+    (b'{"messages": [{"role": "user", "content": ' + b"[" * 950 + b"]" * 950 + b'}, {"role": "assistant", "content": "y"}]}',
+     "nested too deeply"),  # by the JSON parser or by the template-data copy, as the stack allows
+])
+def test_hostile_data_rows_are_one_line_exit_2(synth_root, tmp_path, line, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(_GOOD_ROW + line + b"\n")
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad))
+    assert run.code == 2 and message in run.stderr and "line 2" in run.stderr and len(run.stderr.splitlines()) <= 2
+
+
+def test_a_byte_order_mark_before_the_first_row_is_read(synth_root, tmp_path):
+    data = tmp_path / "bom.jsonl"
+    data.write_bytes(b"\xef\xbb\xbf" + _GOOD_ROW)
+    assert _run(synth_root / "clean-chatml", data).labels.spans_ok == 1
+
+
 def test_chat_rows_need_a_template(synth_root):
     run = cli("labels", str(synth_root / "base-no-template"), "--data", str(CHAT))
     assert run.code == 2 and "no chat template" in run.stderr
