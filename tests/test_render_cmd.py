@@ -319,3 +319,20 @@ def test_render_without_messages_falls_back_when_the_template_rejects_a_system_t
     assert run.code == 0, run.stderr
     assert "rejects a system turn" in run.stderr
     assert "What is the capital of France?" in run.json()["text"]
+
+
+def test_json_token_list_is_every_token_whatever_the_text_holds() -> None:
+    """The token list is written as text (a million tokens as dicts took ~1.5 GB): it must still
+    be exactly the tokens, with quotes, escapes and look-alike marks in the messages."""
+    from stopdoctor.render.prompt_text import render_prompt_json
+
+    facts = load(str(CHATML_OK))
+    tricky = 'say "hi"\\n \u2028 \x00 {"index": 1} ' + '"0123456789abcdef0123456789abcdef:0"'
+    prompt = render_prompt(facts, [{"role": "user", "content": tricky}], add_generation_prompt=True)
+    document = json.loads(render_prompt_json([prompt]))
+    assert document["messages"][0]["content"] == tricky
+    assert document["ids"] == prompt.ids
+    assert document["tokens"] == [
+        {"index": t.index, "id": t.id, "text": t.text, "special": t.special, "start": t.start, "end": t.end}
+        for t in prompt.tokens
+    ]

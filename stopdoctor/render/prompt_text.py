@@ -12,6 +12,8 @@ Imports: rich, render.console, prompt (data only).
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Sequence
 
 from rich.markup import escape
@@ -172,11 +174,8 @@ def _prompt_json(prompt: RenderedPrompt) -> dict:
         "add_generation_prompt": prompt.add_generation_prompt,
         "continue_final_message": prompt.continue_final_message,
         "text": prompt.text,
-        "ids": prompt.ids,
-        "tokens": [
-            {"index": t.index, "id": t.id, "text": t.text, "special": t.special, "start": t.start, "end": t.end}
-            for t in prompt.tokens
-        ],
+        "ids": _Verbatim(json.dumps(prompt.ids)),
+        "tokens": _Verbatim(_tokens_json(prompt)),
         "special_spans": [{"start": s.start, "end": s.end, "text": s.text, "id": s.id} for s in prompt.special_spans],
         "bos": {
             "token": prompt.bos.token,
@@ -189,12 +188,51 @@ def _prompt_json(prompt: RenderedPrompt) -> dict:
     }
 
 
+class _Verbatim(str):
+    """JSON text placed into the document as it is (see `_dumps`)."""
+
+
+def _tokens_json(prompt: RenderedPrompt) -> str:
+    """The token list, one compact object a line. Built as text: a 2M-character prompt has a
+    million tokens, and as dicts through json.dumps(indent=2) they took ~1.5 GB."""
+    if not prompt.tokens:
+        return "[]"
+    dumped: dict[int, str] = {}  # the text of each distinct id, JSON-quoted once
+    lines = []
+    for t in prompt.tokens:
+        text = dumped.get(t.id)
+        if text is None:
+            text = dumped[t.id] = json.dumps(t.text, ensure_ascii=False)
+        lines.append(f'{{"index": {t.index}, "id": {t.id}, "text": {text}, '
+                     f'"special": {"true" if t.special else "false"}, "start": {t.start}, "end": {t.end}}}')
+    return "[\n" + ",\n".join(lines) + "\n]"
+
+
+def _dumps(document: dict) -> str:
+    """json.dumps(indent=2), with each _Verbatim value written as the JSON text it holds."""
+    verbatim: list[str] = []
+    nonce = secrets.token_hex(16)  # marks no input can hold: it cannot guess them
+
+    def mark(value):
+        if isinstance(value, _Verbatim):
+            verbatim.append(value)
+            return f"{nonce}:{len(verbatim) - 1}"
+        if isinstance(value, dict):
+            return {k: mark(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [mark(v) for v in value]
+        return value
+
+    text = json.dumps(mark(document), indent=2, ensure_ascii=False)
+    return re.sub(f'"{nonce}:(\\d+)"', lambda m: verbatim[int(m.group(1))], text)
+
+
 def _comparison_json(comparison: PromptComparison) -> dict:
     return {
         "against": comparison.right_label,
         "template": {"name": comparison.right.template.name, "location": str(comparison.right.template.location)},
         "text": comparison.right.text,
-        "ids": comparison.right.ids,
+        "ids": _Verbatim(json.dumps(comparison.right.ids)),
         "identical": comparison.identical,
         "ids_identical": comparison.ids_identical,
         "diff": comparison.diff,
@@ -216,4 +254,4 @@ def render_prompt_json(prompts: Sequence[RenderedPrompt], comparisons: Sequence[
             item["compare"] = _comparison_json(comparisons[number])
         items.append(item)
     document = {**header(SCHEMA), **items[0]} if len(items) == 1 else {**header(SCHEMA), "conversations": items}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return _dumps(document) + "\n"
