@@ -3,6 +3,8 @@ the whole-text reference (decode all ids and search the whole text at every step
 
 Run: python benchmarks/bench_stopmatch.py [path/to/tokenizer.json]
 Defaults to $STOPDOCTOR_TEST_MODELS/smollm2-hf/tokenizer.json. Goal: flat incremental cost.
+Then the per-chunk cost with one long stop string (`generate --stop` takes any length) against
+the obvious held-back computation that tries every prefix length, once per chunk.
 """
 
 from __future__ import annotations
@@ -70,5 +72,36 @@ def main() -> None:
         print(f"{n:>7} {inc:>21.1f} {ref:>19.1f} {ref / inc:>8.0f}x")
 
 
+def long_stop(length: int, n: int) -> float:
+    """us per fed chunk with one stop string of `length` characters that never completes."""
+    stop = "ab" * (length // 2) + "c"
+    matcher = StopStringMatcher([stop, "\nUser:"])
+    start = time.perf_counter()
+    for step in range(n):
+        matcher.feed("abx", step)
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def quadratic_held_back(window: str, stop: str) -> int:
+    """The obvious held-back computation (the matcher's before): try every prefix length."""
+    for k in range(min(len(stop) - 1, len(window)), 0, -1):
+        if window.endswith(stop[:k]):
+            return k
+    return 0
+
+
+def main_long() -> None:
+    print(f"{'stop chars':>10} {'matcher us/chunk':>17} {'obvious held-back us/chunk':>27}")
+    for length in (100, 2_000, 20_000):
+        ours = long_stop(length, 2000)
+        stop = "ab" * (length // 2) + "c"
+        window = ("abx" * length)[-(len(stop) - 1):]  # the same stream's tail: no prefix of the stop ends it
+        start = time.perf_counter()
+        quadratic_held_back(window, stop)
+        obvious = (time.perf_counter() - start) * 1e6
+        print(f"{length:>10} {ours:>17.1f} {obvious:>27.1f}")
+
+
 if __name__ == "__main__":
     main()
+    main_long()

@@ -88,6 +88,19 @@ class IncrementalDetokenizer:
         return rest
 
 
+def _prefix_function(text: str) -> list[int]:
+    """KMP: for each i, the length of the longest proper prefix of text[:i + 1] that is also its suffix."""
+    prefix = [0] * len(text)
+    k = 0
+    for i in range(1, len(text)):
+        while k and text[i] != text[k]:
+            k = prefix[k - 1]
+        if text[i] == text[k]:
+            k += 1
+        prefix[i] = k
+    return prefix
+
+
 class StopStringMatcher:
     """Find the first stop string in streamed text without ever emitting any part of it.
 
@@ -103,6 +116,10 @@ class StopStringMatcher:
             raise ValueError("stop strings must not be empty")
         self.stops: tuple[str, ...] = tuple(dict.fromkeys(stops))
         self._keep = max((len(s) for s in self.stops), default=1) - 1
+        # Per stop: its KMP prefix function, and how much of it the text seen so far ends with
+        # (the longest prefix of the stop that is a suffix of the text): what must be held back.
+        self._prefix = [_prefix_function(s) for s in self.stops]
+        self._matched = [0] * len(self.stops)
         self._tail = ""  # last `_keep` chars of the text seen so far
         self._consumed = 0  # total chars fed
         self._emitted = 0  # total chars released to the caller
@@ -139,7 +156,7 @@ class StopStringMatcher:
             self._tail = ""
             return out, self.hit
 
-        hold = self._held_back_len(window)
+        hold = self._advance(new_text)
         release_to = self._consumed - hold
         out = ""
         if release_to > self._emitted:
@@ -148,14 +165,23 @@ class StopStringMatcher:
         self._tail = window[-self._keep :] if self._keep else ""
         return out, None
 
-    def _held_back_len(self, window: str) -> int:
-        """Length of the longest suffix of `window` that is a proper prefix of some stop."""
+    def _advance(self, new_text: str) -> int:
+        """Move every stop's match state over `new_text` (which completes no stop); return the
+        length of the longest suffix of the text that is a proper prefix of some stop. Amortised
+        O(len(new_text)) per stop (Knuth-Morris-Pratt), so a 100k-character stop costs no more per
+        token than a short one."""
         longest = 0
-        for stop in self.stops:
-            for k in range(min(len(stop) - 1, len(window)), longest, -1):
-                if window.endswith(stop[:k]):
-                    longest = k
-                    break
+        for number, stop in enumerate(self.stops):
+            prefix, k = self._prefix[number], self._matched[number]
+            for char in new_text:
+                while k and stop[k] != char:
+                    k = prefix[k - 1]
+                if stop[k] == char:
+                    k += 1
+                if k == len(stop):  # cannot happen (the caller found no occurrence); stay proper
+                    k = prefix[k - 1]
+            self._matched[number] = k
+            longest = max(longest, k)
         return longest
 
     def flush(self) -> str:

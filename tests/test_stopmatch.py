@@ -279,3 +279,36 @@ def test_detokenizer_work_per_token_does_not_grow_with_output_length():
     assert out == tokenizer.decode(ids)
     # Decoding the whole output each step would touch ~len(ids)**2 / 2 ids.
     assert counting.ids_decoded < 20 * len(ids)
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_held_back_text_is_the_longest_stop_prefix_at_the_end(data):
+    """The matcher releases everything but the longest suffix that could still become a stop:
+    checked against the brute-force definition, chunk by chunk (periodic stops included)."""
+    stops = data.draw(st.lists(st.text(alphabet="ab", min_size=1, max_size=7), min_size=1, max_size=3))
+    chunks = data.draw(st.lists(st.text(alphabet="ab", max_size=4), max_size=12))
+    matcher = StopStringMatcher(stops)
+    seen = ""
+    for step, chunk in enumerate(chunks):
+        seen += chunk
+        if any(stop in seen for stop in stops):
+            break
+        emitted, hit = matcher.feed(chunk, step)
+        assert hit is None
+        held = max((k for stop in stops for k in range(len(stop)) if seen.endswith(stop[:k])), default=0)
+        assert matcher._consumed - matcher._emitted == held
+
+
+def test_a_very_long_stop_string_is_matched_across_many_chunks():
+    stop = "ab" * 50_000 + "c"
+    matcher = StopStringMatcher([stop, "zz"])
+    text = "x" + "ab" * 60_000 + "c"
+    pieces, hit = [], None
+    for step in range(0, len(text), 3):
+        emitted, hit = matcher.feed(text[step:step + 3], step)
+        pieces.append(emitted)
+        if hit:
+            break
+    assert hit is not None and hit.stop == stop and hit.text_offset == 1 + 20_000
+    assert "".join(pieces) == text[:hit.text_offset]
