@@ -34,6 +34,9 @@ Plain-text rows are tokenized with the tokenizer's special tokens (TRL: `process
 chat rows without (`apply_chat_template` renders them itself). TRL appends `eos_token` to text and
 completions that do not end with it (`add_eos`); a plain transformers loop does not, hence
 `append_eos`. Truncation keeps the start (`truncation_mode="keep_start"`, transformers' default).
+Too-long examples the trainer leaves out are reported as dropped, not judged (`_dropped`): TRL
+drops those left with no trained token, Axolotl every one longer than `sequence_len` (unless
+`excess_length_strategy: truncate`).
 
 Imports: model, facts, analysis (the end-of-turn: `analyze(...).end_of_turn[*].text`), sandbox,
 errors; `tokenizers` through the vocabulary. Never transformers or torch.
@@ -88,6 +91,8 @@ class LabelSettings:
     # verdict for certain (see `_judge_in_text`), and tokenized only when it may not.
     tokenize_first: int | None = None
     eot_tokens: tuple[str, ...] | None = None  # axolotl's `eot_tokens` (default: the eos token)
+    # axolotl's `excess_length_strategy`: "drop" (its default) or "truncate" an example longer than max_length
+    excess_length: str = "drop"
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class LabelledExample:
     spans: tuple[Span, ...]
     unlocated: int = 0  # assistant messages whose content the template does not write verbatim
     line: int = 0  # in the data file
+    dropped: bool = False  # the trainer leaves it out at --max-length (see `_dropped`): no spans judged
 
     @property
     def tokenized(self) -> bool:
@@ -170,6 +176,10 @@ class LabelsResult:
     @property
     def checked(self) -> list[LabelledExample]:
         return [e for e in self.examples if e.spans]
+
+    @property
+    def dropped(self) -> list[int]:
+        return [e.index for e in self.examples if e.dropped]
 
     @property
     def examples_ok(self) -> int:
@@ -383,7 +393,12 @@ def _axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_tex
     if settings.collator != "axolotl":
         if settings.eot_tokens:
             raise InputError("--eot-token applies to --collator axolotl only")
+        if settings.excess_length != "drop":
+            raise InputError("--excess-length applies to --collator axolotl only",
+                             "TRL truncates (keeping the start) and drops only examples left with no trained token")
         return frozenset()
+    if settings.excess_length not in ("drop", "truncate"):
+        raise InputError(f"--excess-length {settings.excess_length!r} is not drop or truncate")
     texts = list(settings.eot_tokens or ([eos_text] if eos_text else []))
     ids = set() if eos_id is None else {eos_id}
     for text in texts:
@@ -659,13 +674,31 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
         else:
             trained = [True] * n
         kept = n if limit is None else min(n, limit)
-        spans = tuple(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
+        dropped = _dropped(p.collator, n, kept, trained, settings)
+        spans = () if dropped else tuple(_spans(p, ids, offsets, trained, kept, end_ids, pad_id, result))
         if _keeps_tokens(p, settings):
             yield LabelledExample(p.example.index, p.example.kind, p.collator, p.text, tuple(ids[:kept]),
-                                  tuple(trained[:kept]), tuple(offsets[:kept]), n, spans, p.unlocated, p.example.line)
+                                  tuple(trained[:kept]), tuple(offsets[:kept]), n, spans, p.unlocated, p.example.line,
+                                  dropped)
         else:  # the verdict only: a million examples' tokens do not fit in memory
             yield LabelledExample(p.example.index, p.example.kind, p.collator, "", (), (), (), n, spans,
-                                  p.unlocated, p.example.line)
+                                  p.unlocated, p.example.line, dropped)
+
+
+def _dropped(collator: str, n: int, kept: int, trained: Sequence[bool], settings: LabelSettings) -> bool:
+    """Whether the trainer leaves a too-long example out instead of training it truncated: it
+    then teaches nothing, so its cut end-of-turn does no harm (SD603 is about the ones trained).
+    Axolotl drops every example longer than `sequence_len` (`excess_length_strategy`, default
+    "drop": `handle_long_seq_in_dataset`, `utils/data/utils.py`); TRL 1.16 truncates, then drops
+    the examples left with no trained label ("Drop examples left fully masked by truncation",
+    `sft_trainer.py`); the transformers pad-id collator drops nothing."""
+    if n <= kept:
+        return False
+    if collator == "axolotl":
+        return settings.excess_length == "drop"
+    if collator == "pad-id":
+        return False
+    return not any(trained[:kept])
 
 
 def _keeps_tokens(p: _Prepared, settings: LabelSettings) -> bool:

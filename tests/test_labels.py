@@ -144,6 +144,40 @@ def test_max_length_flags_exactly_the_examples_it_cuts(synth_root):
     assert _run(synth_root / "clean-chatml", collator="full", max_length=max(lengths)).findings == []
 
 
+def test_examples_the_trainer_drops_are_not_flagged(synth_root):
+    """TRL drops an example left with no trained token by truncation; it teaches nothing, so its
+    cut end-of-turn is no SD603. One whose content is trained but whose end-of-turn is cut is."""
+    report = _run(synth_root / "clean-chatml", collator="assistant-only", template=_template(GENERATION),
+                  max_length=20)
+    result = report.labels
+    full = _run(synth_root / "clean-chatml", collator="assistant-only", template=_template(GENERATION)).labels
+    first_trained = {e.index: e.trained.index(True) for e in full.examples}
+    assert result.dropped == [i for i, first in first_trained.items() if first >= 20] == [1, 2, 3, 4]
+    assert result.failing(TRUNCATED) == [0, 5]
+    assert [e.index for e in result.checked] == [0, 5]
+    (finding,) = report.findings
+    assert finding.code == "SD603" and finding.evidence["examples"] == [0, 5]
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(CHAT), "--collator", "assistant-only",
+              "--template", str(GENERATION), "--max-length", "20")
+    assert "dropped      4 example(s), nothing trained is left after truncation: TRL drops them" in run.stdout
+    document = json.loads(cli("labels", str(synth_root / "clean-chatml"), "--data", str(CHAT), "--collator",
+                              "assistant-only", "--template", str(GENERATION), "--max-length", "20", "--json").stdout)
+    assert document["examples"]["dropped"] == 4 and document["dropped_examples"] == [1, 2, 3, 4]
+    assert [f["index"] for f in document["failures"]] == [0, 5]
+
+
+def test_axolotl_drops_long_examples_unless_told_to_truncate(synth_root):
+    folder = synth_root / "clean-chatml"
+    lengths = {e.index: e.full_length for e in _run(folder, collator="axolotl").labels.examples}
+    dropped = _run(folder, collator="axolotl", max_length=40)
+    assert dropped.labels.dropped == [i for i, n in lengths.items() if n > 40]
+    assert not any(f.code == "SD603" for f in dropped.findings)
+    truncated = _run(folder, collator="axolotl", max_length=40, excess_length="truncate")
+    assert truncated.labels.dropped == [] and "SD603" in {f.code for f in truncated.findings}
+    run = cli("labels", str(folder), "--data", str(CHAT), "--excess-length", "truncate")
+    assert run.code == 2 and "--excess-length applies to --collator axolotl only" in run.stderr
+
+
 def test_text_rows_without_eos(synth_root):
     report = _run(synth_root / "clean-chatml", TEXT, collator="full")
     result = report.labels
@@ -286,6 +320,12 @@ def test_oracle_trl_sft_trainer(synth_root, tmp_path):
     theirs = _trl_dataset(folder, chat, GENERATION.read_text(), assistant_only_loss=True)
     assert [_labels(e) for e in ours.examples] == theirs["labels"]
 
+    # truncated to 20 tokens: examples left with no trained token are dropped, as TRL does
+    ours = _run(folder, collator="assistant-only", template=_template(GENERATION), max_length=20).labels
+    theirs = _trl_dataset(folder, chat, GENERATION.read_text(), assistant_only_loss=True, max_length=20)
+    assert ours.dropped and len(theirs) == len(chat) - len(ours.dropped)
+    assert [_labels(e) for e in ours.examples if not e.dropped] == theirs["labels"]
+
     # full-sequence loss, truncated to 24 tokens (keep_start)
     ours = _run(folder, collator="full", max_length=24).labels
     theirs = _trl_dataset(folder, chat, max_length=24)
@@ -342,7 +382,8 @@ def test_cli_json_document(synth_root):
     assert doc["causes"]["pad-masked"] == {"spans": 0, "examples": []}
     assert doc["failing_examples"] == list(range(6))
     assert doc["failures"][0] == {"index": 0, "line": 1, "causes": ["no-generation-markers"]}
-    assert doc["examples"] == {"read": 6, "checked": 6, "ok": 0, "share_ok": 0.0}
+    assert doc["examples"] == {"read": 6, "checked": 6, "ok": 0, "share_ok": 0.0, "dropped": 0}
+    assert doc["dropped_examples"] == []
     assert doc["template"]["generation_markers"] is False
     assert [f["code"] for f in doc["findings"]] == ["SD601"]
     assert len(doc["shown"]) == 2 and doc["shown"][0]["tokens"][0]["trained"] is False

@@ -190,7 +190,9 @@ def truncation_drops_end_of_turn(analysis: Analysis, self: Check):
 
     What it checks:
     Truncates every example to `--max-length` tokens, keeping the start (transformers' default,
-    TRL `truncation_mode="keep_start"`), and looks for end-of-turn tokens cut away.
+    TRL `truncation_mode="keep_start"`), and looks for end-of-turn tokens cut away. Examples the
+    trainer drops instead teach nothing and are not counted: TRL drops those left with no trained
+    token, Axolotl (`excess_length_strategy: drop`, its default) every one over the length.
 
     Why it matters:
     A truncated example trains the answer but not its end: the model learns that answers run on

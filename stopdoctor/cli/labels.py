@@ -94,6 +94,9 @@ def labels(
     eot_token: Annotated[list[str] | None, typer.Option(
         "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token).",
         show_default=False)] = None,
+    excess_length: Annotated[str, typer.Option(
+        "--excess-length", help="With --collator axolotl: its excess_length_strategy for examples longer than "
+        "--max-length: drop (Axolotl's default) or truncate.")] = "drop",
     show: Annotated[int, typer.Option("--show", help="Print the first N examples token by token with their label state.")] = 0,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
@@ -119,7 +122,7 @@ def labels(
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
-                             eot_tokens=tuple(eot_token) if eot_token else None)
+                             eot_tokens=tuple(eot_token) if eot_token else None, excess_length=excess_length)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner

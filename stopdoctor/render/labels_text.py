@@ -123,6 +123,12 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
     out.print(f"  examples     {result.examples_ok} of {len(checked)} end every assistant turn with a trained "
               f"end-of-turn ({_percent(result.examples_ok, len(checked))}); {len(result.examples)} read")
     out.print(f"  end tokens   {result.spans_ok} of {len(spans)} trained ({_percent(result.spans_ok, len(spans))})")
+    dropped = result.dropped
+    if dropped:
+        shown = ", ".join(map(str, dropped[:10])) + (", …" if len(dropped) > 10 else "")
+        why = ("longer than --max-length: Axolotl drops them" if result.settings.collator == "axolotl"
+               else "nothing trained is left after truncation: TRL drops them")
+        out.print(f"  [dim]dropped      {len(dropped)} example(s), {why} (not checked): {shown}[/]")
     unlocated = sum(e.unlocated for e in result.examples)
     if unlocated:
         out.print(f"  [dim]not checked  {unlocated} assistant message(s) the template does not write verbatim[/]")
@@ -178,7 +184,9 @@ def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
         "pad": {"id": result.pad_id, "text": result.token_text(result.pad_id) if result.pad_id is not None else None,
                 "source": result.pad_note},
         "examples": {"read": len(result.examples), "checked": len(checked), "ok": result.examples_ok,
-                     "share_ok": result.examples_ok / len(checked) if checked else None},
+                     "share_ok": result.examples_ok / len(checked) if checked else None,
+                     "dropped": len(result.dropped)},
+        "dropped_examples": result.dropped,
         "spans": {"total": len(spans), "trained": result.spans_ok,
                   "share_trained": result.spans_ok / len(spans) if spans else None,
                   "unlocated": sum(e.unlocated for e in result.examples)},
