@@ -56,6 +56,7 @@ _OPENAI = {
     "stop_reason": (".choices[0].stop_reason", ".choices[0].matched_stop"),
     "model": (".model",),
     "shape:openai-chat": (".choices[0].message.role",),  # a chat answer without text (tool calls)
+    "second_choice": (".choices[1].finish_reason",),  # n > 1: only the first choice is read
 }
 _ANY = {
     "text": _OPENAI["text"] + (".message.content", ".generated_text", ".content"),
@@ -64,6 +65,7 @@ _ANY = {
     "model": (".model",),
     "stopped_limit": (".stopped_limit",),  # llama.cpp before stop_type
     "shape:openai-chat": _OPENAI["shape:openai-chat"],
+    "second_choice": _OPENAI["second_choice"],
 }
 _RESPONSE_ROOTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("$.response.body", _OPENAI), ("$.response", _ANY), ("$", _ANY))
@@ -263,12 +265,13 @@ WITH parsed AS (
            {text} AS text,
            {model} AS model,
            {f('max_tokens')} AS max_tokens,
-           {f('stop_reason')} AS stop_reason
+           {f('stop_reason')} AS stop_reason,
+           {f('second_choice')} IS NOT NULL AS multi_choice
     FROM parsed
 ), records AS (
     SELECT line_no, blank, v IS NULL AND NOT blank AS bad,
            {shape} AS shape,
-           finish_raw, model, max_tokens, stop_reason,
+           finish_raw, model, max_tokens, stop_reason, multi_choice,
            CASE WHEN lower(finish_raw) IN ({stop_words}) THEN 'stop'
                 WHEN lower(finish_raw) IN ({length_words}) THEN 'length'
                 WHEN finish_raw IS NULL THEN '(none)' ELSE finish_raw END AS finish,
@@ -282,7 +285,8 @@ SELECT line_no, blank, bad, shape, finish_raw, finish, model, max_tokens, stop_r
            AND NOT regexp_matches(rtrim(text), {_sql_regex(_SENTENCE_END)}) AS mid_sentence,
        CASE WHEN turn_candidate THEN text END AS candidate_text,
        CASE WHEN finish = 'length' THEN
-           CASE WHEN length(rtrim(text)) > 120 THEN '…' || right(rtrim(text), 120) ELSE rtrim(text) END END AS tail
+           CASE WHEN length(rtrim(text)) > 120 THEN '…' || right(rtrim(text), 120) ELSE rtrim(text) END END AS tail,
+       coalesce(multi_choice, false) AND shape IS NOT NULL AS multi_choice
 FROM records
 """
 
@@ -375,6 +379,7 @@ class LogsReport:
     seconds: float
     # every answer flagged with a next turn or a run past end of turn: problem -> ((file, line), …)
     flagged: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    multi_choice: int = 0  # responses with more than one choice (n > 1): only the first is read
 
     @property
     def length_share(self) -> float:
@@ -481,7 +486,7 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     con.execute("CREATE TEMP TABLE rec (file VARCHAR, line_no BIGINT, blank BOOLEAN, bad BOOLEAN, shape VARCHAR, "
                 "finish_raw VARCHAR, finish VARCHAR, model VARCHAR, max_tokens VARCHAR, stop_reason VARCHAR, "
                 "turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, "
-                "tail VARCHAR)")
+                "tail VARCHAR, multi_choice BOOLEAN)")
     for index, path in enumerate(paths):
         def progress(start: float, span: float, p: str = path):
             if on_progress is None:
@@ -592,8 +597,9 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
 
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings) -> LogsReport:
-    (lines, blank, bad, responses), = _rows(con, """
-        SELECT count(*), count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NOT NULL) FROM rec""")
+    (lines, blank, bad, responses, multi_choice), = _rows(con, """
+        SELECT count(*), count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NOT NULL),
+               count(*) FILTER (multi_choice) FROM rec""")
     responses_filter = "shape IS NOT NULL"
     unrecognised = lines - blank - bad - responses
     bad_examples = tuple((f, n) for f, n in _rows(con, "SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no LIMIT 5"))
@@ -664,4 +670,5 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     flagged = {"hallucinated-turn": tuple((e.file, e.line) for e in turns),
                "ran-past-end-of-turn": tuple((e.file, e.line) for e in ran_on)}
     return LogsReport(tuple(paths), vocabulary.source, lines, blank, bad, bad_examples, unrecognised, responses,
-                      shapes, finish, finish_raw, by_model, by_max_tokens, stop_reasons, problems, settings, 0.0, flagged)
+                      shapes, finish, finish_raw, by_model, by_max_tokens, stop_reasons, problems, settings, 0.0, flagged,
+                      multi_choice)

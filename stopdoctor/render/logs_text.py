@@ -62,6 +62,9 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
         out.print(f"  bad lines  [yellow]{where}{' …' if report.bad_lines > len(report.bad_examples) else ''}[/]")
     if report.shapes:
         out.print("  shapes     " + ", ".join(f"{escape(k)} {v:,}" for k, v in report.shapes.items()))
+    if report.multi_choice:
+        out.print(f"  [yellow]choices[/]    {report.multi_choice:,} responses hold several choices (n > 1): only the "
+                  "first of each is counted")
     out.print(f"  turns      headers of {escape(report.vocabulary)}")
     if not report.responses:
         out.print("\n[yellow]No responses found.[/] Each line should be an OpenAI-compatible response, a "
@@ -112,6 +115,7 @@ def logs_document(result: LogsResult, fail_on: Severity = Severity.ERROR) -> dic
         "turn_headers_from": report.vocabulary,
         "lines": {"total": report.lines, "responses": report.responses, "bad": report.bad_lines,
                   "blank": report.blank, "unrecognised": report.unrecognised,
+                  "multi_choice": report.multi_choice,
                   "bad_examples": [{"file": f, "line": n} for f, n in report.bad_examples]},
         "shapes": report.shapes,
         "finish_reason": report.finish,
