@@ -213,10 +213,14 @@ def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
 def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Example]:
     """`load_examples` one row at a time, so that a dataset's rows need not fit in memory. A bad
     row is an error when it is reached."""
+    return _rows(_data_file(path), limit)
+
+
+def _data_file(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
-    return _rows(path, limit)
+    return path
 
 
 def _rows(path: Path, limit: int | None) -> Iterator[Example]:
@@ -254,11 +258,8 @@ def _parse_row(raw: bytes, number: int, name: str) -> Any:
 def count_examples(path: str | Path, limit: int | None = None) -> int:
     """The number of non-blank lines (the examples `iter_examples` yields when every line is
     valid): the total a progress bar counts towards, read without parsing."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
     count = 0
-    with path.open("rb") as handle:
+    with _data_file(path).open("rb") as handle:
         for line in handle:
             if line.strip():
                 count += 1
