@@ -4,7 +4,9 @@ Builds input ids and labels for every example of a JSONL dataset the way the com
 do, then asks of every assistant span (or plain-text example) whether its end-of-turn (or eos)
 token is *trained* (its label is not -100), and if not, why.
 
-The collators, as their sources do it (read in transformers 5.24, TRL 1.16, Axolotl main):
+The collators, as their sources do it (read in transformers 5.24, TRL 1.16, Axolotl 0.19; the
+labels of `assistant-only`, `full`, `completion-only` are tested against TRL's SFTTrainer and
+`axolotl` against Axolotl's own `chat_template` strategy):
 
 - `assistant-only`: transformers `apply_chat_template(..., return_assistant_tokens_mask=True)`
   (`tokenization_utils_base.py`): the `{% generation %}` blocks' character spans, recorded while

@@ -357,6 +357,50 @@ def test_oracle_trl_sft_trainer(synth_root, tmp_path):
         assert [_labels(e) for e in ours.examples] == theirs["labels"], family
 
 
+AXOLOTL_CASES = [
+    ("clean-chatml", "chat", ()),
+    ("clean-chatml", "chat", ("<|im_end|>",)),
+    ("qwen-base-with-template", "chat", ()),  # eos <|endoftext|>: <|im_end|> is never trained
+    ("clean-llama3", "alternating", ()),
+    ("clean-llama2", "alternating", ()),
+    ("clean-gemma", "alternating", ()),
+    ("clean-gemma", "alternating", ("<end_of_turn>",)),
+    ("clean-mistral", "alternating", ()),
+    ("clean-phi3", "alternating", ()),
+    ("clean-zephyr", "alternating", ()),
+]
+
+
+@pytest.mark.slow
+def test_oracle_axolotl_chat_template_strategy(synth_root, tmp_path):
+    """--collator axolotl against Axolotl's own chat_template strategy, ids and labels, on every
+    family (fixtures/oracles.py fetches axolotl 0.19.0 from PyPI; it runs in one subprocess)."""
+    import subprocess
+    import sys
+
+    from fixtures.oracles import axolotl_dir
+
+    folder = axolotl_dir()
+    if folder is None:
+        pytest.skip("the Axolotl oracle is not fetched: python fixtures/oracles.py (fixtures/realmodels.py does it)")
+    pytest.importorskip("transformers")
+    alternating = _rows_file(tmp_path, ALTERNATING)
+    jobs = [{"model": str(synth_root / family), "data": str(CHAT if rows == "chat" else alternating),
+             "eot_tokens": list(eot)} for family, rows, eot in AXOLOTL_CASES]
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / "axolotl_oracle.py"), str(folder)],
+                         input=json.dumps(jobs), capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    verdicts = {}
+    for (family, _, eot), job, theirs in zip(AXOLOTL_CASES, jobs, json.loads(run.stdout), strict=True):
+        ours = _run(job["model"], Path(job["data"]), collator="axolotl", eot_tokens=eot or None).labels
+        assert [list(e.ids) for e in ours.examples] == [t["input_ids"] for t in theirs], (family, eot)
+        assert [_labels(e) for e in ours.examples] == [t["labels"] for t in theirs], (family, eot)
+        verdicts[family, eot] = {s.cause for s in ours.spans}
+    # both outcomes are covered: <|im_end|> trained on ChatML; never on a base model whose eos is <|endoftext|>
+    assert verdicts["clean-chatml", ()] == {None}
+    assert verdicts["qwen-base-with-template", ()] == {NOT_AN_EOT_TOKEN}
+
+
 # --------------------------------------------------------------------------------------------
 # Command line
 
