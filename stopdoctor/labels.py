@@ -38,7 +38,9 @@ completions that do not end with it (`add_eos`); a plain transformers loop does 
 `append_eos`. Truncation keeps the start (`truncation_mode="keep_start"`, transformers' default).
 Too-long examples the trainer leaves out are reported as dropped, not judged (`_dropped`): TRL
 drops those left with no trained token, Axolotl every one longer than `sequence_len` (unless
-`excess_length_strategy: truncate`).
+`excess_length_strategy: truncate`). TRL packing (`packing`, `packing_strategy`, `pack_dataset` in
+`trl/data_utils.py`): "bfd" truncates what overflows like plain truncation; "bfd_split" and
+"wrapped" split a long example across packed rows, so nothing is cut away.
 
 Imports: model, facts, analysis (the end-of-turn: `analyze(...).end_of_turn[*].text`), sandbox,
 errors; `tokenizers` through the vocabulary. Never transformers or torch.
@@ -95,6 +97,14 @@ class LabelSettings:
     eot_tokens: tuple[str, ...] | None = None  # axolotl's `eot_tokens` (default: the eos token)
     # axolotl's `excess_length_strategy`: "drop" (its default) or "truncate" an example longer than max_length
     excess_length: str = "drop"
+    # TRL `packing` / `packing_strategy`: "none", or "bfd" (truncates what overflows max_length),
+    # "bfd_split" / "wrapped" (split long examples across packed rows: no token is cut away)
+    packing: str = "none"
+
+    @property
+    def cut_length(self) -> int | None:
+        """The length an example is cut to: max_length, unless packing splits long examples."""
+        return None if self.packing in ("bfd_split", "wrapped") else self.max_length
 
 
 @dataclass(frozen=True)
@@ -393,6 +403,11 @@ def _axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_tex
                  eos_id: int | None, vocab) -> frozenset[int]:
     """Axolotl's eot ids: `eot_tokens` (default `[eos_token]`); an entry other than the eos that
     the template text does not contain is dropped; one that is several tokens is an error there."""
+    if settings.packing not in ("none", "bfd", "bfd_split", "wrapped"):
+        raise InputError(f"--packing {settings.packing!r} is not none, bfd, bfd_split or wrapped")
+    if settings.packing != "none" and settings.collator in ("axolotl", "pad-id"):
+        raise InputError(f"--packing is TRL's (SFTConfig packing_strategy); --collator {settings.collator} does not pack",
+                         "Axolotl's sample_packing keeps its excess_length_strategy: see --excess-length")
     if settings.collator != "axolotl":
         if settings.eot_tokens:
             raise InputError("--eot-token applies to --collator axolotl only")
@@ -434,9 +449,9 @@ def _must_tokenize(p: _Prepared, settings: LabelSettings, bound_ok: bool) -> boo
         return True
     if p.special or p.collator == "completion-only":
         return True  # post-processor tokens and the prompt/completion boundary need the ids
-    if settings.max_length is not None:
+    if settings.cut_length is not None:
         last_end = max((t[4] for t in p.turns if t[4] is not None), default=0)
-        if not bound_ok or len(p.text[:last_end].encode("utf-8")) > settings.max_length:
+        if not bound_ok or len(p.text[:last_end].encode("utf-8")) > settings.cut_length:
             return True  # the end-of-turn may lie past max_length: count the tokens
     return False
 
@@ -658,7 +673,7 @@ def _tokenize_and_label(prepared: list[_Prepared], tokenizer, settings: LabelSet
             for i, encoding in zip(prompts, tokenizer.encode_batch([prepared[i].prompt_text for i in prompts],
                                                                     add_special_tokens=special)):
                 prompt_ids[i] = encoding.ids
-    limit = settings.max_length
+    limit = settings.cut_length
     for p, encoding, prompt in zip(prepared, encodings, prompt_ids):
         ids, offsets = encoding.ids, encoding.offsets
         n = len(ids)
@@ -694,14 +709,15 @@ def _dropped(collator: str, n: int, kept: int, trained: Sequence[bool], settings
     Axolotl drops every example longer than `sequence_len` (`excess_length_strategy`, default
     "drop": `handle_long_seq_in_dataset`, `utils/data/utils.py`); TRL 1.16 truncates, then drops
     the examples left with no trained label ("Drop examples left fully masked by truncation",
-    `sft_trainer.py`); the transformers pad-id collator drops nothing."""
+    `sft_trainer.py`; with `packing="bfd"` it keeps them, fully masked: they teach nothing either);
+    the transformers pad-id collator drops nothing."""
     if n <= kept:
         return False
     if collator == "axolotl":
         return settings.excess_length == "drop"
     if collator == "pad-id":
         return False
-    return not any(trained[:kept])
+    return not any(trained[:kept])  # with packing="bfd" kept too, but as padding: it teaches nothing
 
 
 def _keeps_tokens(p: _Prepared, settings: LabelSettings) -> bool:

@@ -166,6 +166,28 @@ def test_examples_the_trainer_drops_are_not_flagged(synth_root):
     assert [f["index"] for f in document["failures"]] == [0, 5]
 
 
+def test_packing_that_splits_long_examples_cuts_no_end_of_turn(synth_root):
+    """TRL packing_strategy bfd_split / wrapped spreads a long example over packed rows (no token is
+    cut): no SD603 and nothing dropped; bfd truncates the overflow like plain truncation."""
+    folder, template = synth_root / "clean-chatml", _template(GENERATION)
+    plain = _run(folder, collator="assistant-only", template=template, max_length=20)
+    for strategy in ("bfd_split", "wrapped"):
+        packed = _run(folder, collator="assistant-only", template=template, max_length=20, packing=strategy)
+        assert packed.findings == [] and packed.labels.dropped == []
+        assert packed.labels.spans_ok == len(packed.labels.spans) > 0
+    bfd = _run(folder, collator="assistant-only", template=template, max_length=20, packing="bfd")
+    assert [(f.code, f.evidence["examples"]) for f in bfd.findings] == \
+        [(f.code, f.evidence["examples"]) for f in plain.findings] == [("SD603", [0, 5])]
+    assert bfd.labels.dropped == plain.labels.dropped == [1, 2, 3, 4]
+    run = cli("labels", str(folder), "--data", str(CHAT), "--collator", "assistant-only", "--template",
+              str(GENERATION), "--max-length", "20", "--packing", "bfd")
+    assert "nothing trained is left after truncation: they teach nothing" in run.stdout
+    for args, message in ((["--collator", "axolotl", "--packing", "bfd"], "--packing is TRL's"),
+                          (["--packing", "greedy"], "--packing 'greedy' is not none, bfd, bfd_split or wrapped")):
+        run = cli("labels", str(folder), "--data", str(CHAT), *args)
+        assert run.code == 2 and message in run.stderr
+
+
 def test_axolotl_drops_long_examples_unless_told_to_truncate(synth_root):
     folder = synth_root / "clean-chatml"
     lengths = {e.index: e.full_length for e in _run(folder, collator="axolotl").labels.examples}

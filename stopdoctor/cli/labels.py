@@ -97,6 +97,9 @@ def labels(
     excess_length: Annotated[str, typer.Option(
         "--excess-length", help="With --collator axolotl: its excess_length_strategy for examples longer than "
         "--max-length: drop (Axolotl's default) or truncate.")] = "drop",
+    packing: Annotated[str, typer.Option(
+        "--packing", help="TRL's packing_strategy when SFTConfig(packing=True): bfd (cuts what overflows "
+        "--max-length), bfd_split or wrapped (split long examples: nothing is cut); none: no packing.")] = "none",
     show: Annotated[int, typer.Option("--show", help="Print the first N examples token by token with their label state.")] = 0,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
@@ -122,7 +125,7 @@ def labels(
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
-                             eot_tokens=tuple(eot_token) if eot_token else None, excess_length=excess_length)
+                             eot_tokens=tuple(eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner

@@ -126,8 +126,12 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
     dropped = result.dropped
     if dropped:
         shown = ", ".join(map(str, dropped[:10])) + (", …" if len(dropped) > 10 else "")
-        why = ("longer than --max-length: Axolotl drops them" if result.settings.collator == "axolotl"
-               else "nothing trained is left after truncation: TRL drops them")
+        if result.settings.collator == "axolotl":
+            why = "longer than --max-length: Axolotl drops them"
+        elif result.settings.packing == "bfd":
+            why = "nothing trained is left after truncation: they teach nothing"
+        else:
+            why = "nothing trained is left after truncation: TRL drops them"
         out.print(f"  [dim]dropped      {len(dropped)} example(s), {why} (not checked): {shown}[/]")
     unlocated = sum(e.unlocated for e in result.examples)
     if unlocated:
@@ -177,6 +181,7 @@ def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
         "collator": settings.collator,
         "collators_applied": result.collators,
         "max_length": settings.max_length,
+        "packing": settings.packing,
         "append_eos": settings.append_eos,
         "template": template,
         "end_of_turn": result.end_markers,
