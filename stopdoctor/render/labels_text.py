@@ -103,6 +103,8 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
     settings = result.settings
     collators = ", ".join(result.collators) or settings.collator
     limit = f", max length {settings.max_length}" if settings.max_length else ""
+    if settings.packing != "none":
+        limit += f", packing {settings.packing}"
     out.print(f"[bold]stopdoctor labels[/] {escape(report.source.spec)}  data {escape(result.data)}  "
               f"[dim](collator {escape(collators)}{escape(limit)})[/]")
     if result.template is not None:
