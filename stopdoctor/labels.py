@@ -329,10 +329,7 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Exam
                   progress: Callable[[int, int], None] | None = None, total: int | None = None) -> LabelsResult:
     """Label every example (a list, or `iter_examples` for a dataset read as it goes; then give
     `total`, the count the progress reports towards). Only verdicts are kept per example."""
-    if settings.collator not in COLLATORS:
-        raise InputError(f"unknown collator {settings.collator!r}", f"use one of {', '.join(COLLATORS)}")
-    if settings.max_length is not None and settings.max_length < 1:
-        raise InputError("--max-length must be at least 1", None)
+    _check_settings(settings)
     template = settings.template or facts.template
     vocab = facts.vocab
     tokenizer = _plain_tokenizer(vocab.tokenizer())
@@ -386,6 +383,26 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Exam
     return result
 
 
+def _check_settings(settings: LabelSettings) -> None:
+    if settings.collator not in COLLATORS:
+        raise InputError(f"unknown collator {settings.collator!r}", f"use one of {', '.join(COLLATORS)}")
+    if settings.max_length is not None and settings.max_length < 1:
+        raise InputError("--max-length must be at least 1", None)
+    if settings.packing not in ("none", "bfd", "bfd_split", "wrapped"):
+        raise InputError(f"--packing {settings.packing!r} is not none, bfd, bfd_split or wrapped")
+    if settings.packing != "none" and settings.collator in ("axolotl", "pad-id"):
+        raise InputError(f"--packing is TRL's (SFTConfig packing_strategy); --collator {settings.collator} does not pack",
+                         "Axolotl's sample_packing keeps its excess_length_strategy: see --excess-length")
+    if settings.excess_length not in ("drop", "truncate"):
+        raise InputError(f"--excess-length {settings.excess_length!r} is not drop or truncate")
+    if settings.collator != "axolotl":
+        if settings.eot_tokens:
+            raise InputError("--eot-token applies to --collator axolotl only")
+        if settings.excess_length != "drop":
+            raise InputError("--excess-length applies to --collator axolotl only",
+                             "TRL truncates (keeping the start) and drops only examples left with no trained token")
+
+
 def _check_kinds(examples: list[Example], template: ChatTemplate | None, settings: LabelSettings, data: str) -> None:
     if template is None and any(e.kind == "messages" or _chat_pc(e) for e in examples):
         raise InputError("the model has no chat template, so chat rows cannot be rendered",
@@ -403,20 +420,8 @@ def _axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_tex
                  eos_id: int | None, vocab) -> frozenset[int]:
     """Axolotl's eot ids: `eot_tokens` (default `[eos_token]`); an entry other than the eos that
     the template text does not contain is dropped; one that is several tokens is an error there."""
-    if settings.packing not in ("none", "bfd", "bfd_split", "wrapped"):
-        raise InputError(f"--packing {settings.packing!r} is not none, bfd, bfd_split or wrapped")
-    if settings.packing != "none" and settings.collator in ("axolotl", "pad-id"):
-        raise InputError(f"--packing is TRL's (SFTConfig packing_strategy); --collator {settings.collator} does not pack",
-                         "Axolotl's sample_packing keeps its excess_length_strategy: see --excess-length")
     if settings.collator != "axolotl":
-        if settings.eot_tokens:
-            raise InputError("--eot-token applies to --collator axolotl only")
-        if settings.excess_length != "drop":
-            raise InputError("--excess-length applies to --collator axolotl only",
-                             "TRL truncates (keeping the start) and drops only examples left with no trained token")
         return frozenset()
-    if settings.excess_length not in ("drop", "truncate"):
-        raise InputError(f"--excess-length {settings.excess_length!r} is not drop or truncate")
     texts = list(settings.eot_tokens or ([eos_text] if eos_text else []))
     ids = set() if eos_id is None else {eos_id}
     for text in texts:
