@@ -28,9 +28,9 @@ def main() -> None:
 
     import torch
 
-    from stopdoctor.diagnose import Step
-    from stopdoctor.generate import LocalEngine, build_prompt, load_context, resolve_stops, run_generate
-    from stopdoctor.stopmatch import IncrementalDetokenizer, StopStringMatcher
+    from stopdoctor.analysis.diagnose import Step
+    from stopdoctor.actions.generate.run import LocalEngine, build_prompt, load_context, resolve_stops, run_generate
+    from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     context = load_context(args.model)

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from stopdoctor.api import check_labels
-from stopdoctor.labels import LabelSettings
-from stopdoctor.model import ChatTemplate, Location
+from stopdoctor.actions.labels.build import LabelSettings
+from stopdoctor.core.types import ChatTemplate, Location
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "fixtures" / "labels" / "chatml-generation.jinja"

@@ -107,7 +107,7 @@ def main() -> None:
         keep = Path(args[args.index("--keep") + 1])
         del args[args.index("--keep"):args.index("--keep") + 2]
     lines = int(args[0]) if args else 1_000_000
-    from stopdoctor.logs import analyze_logs
+    from stopdoctor.actions.logs.query import analyze_logs
 
     folder = Path(tempfile.mkdtemp(prefix="stopdoctor-bench-logs-"))
     path = keep or folder / "responses.jsonl"

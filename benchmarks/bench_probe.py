@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from stopdoctor.probe import DEFAULT_CONTEXTS, probe_stop
+from stopdoctor.analysis.probe import DEFAULT_CONTEXTS, probe_stop
 
 STOPS = ["User:", "\nUser:", "\n\nUser:", "<|im_end|>", "Human:", "\n\nHuman:", "###", "</s>", "Subject:", "Q:"]
 

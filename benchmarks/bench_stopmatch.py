@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from stopdoctor.probe import SAMPLE_ANSWERS
-from stopdoctor.stopmatch import IncrementalDetokenizer, StopStringMatcher
+from stopdoctor.analysis.probe import SAMPLE_ANSWERS
+from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
 STOPS = ["\nUser:", "<|im_end|>", "###END###"]  # none occur: every run goes to the last token
 

@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import Analysis, analyze
-from .checks import run_checks
-from .errors import InputError
-from .facts import ModelFacts, load_facts
-from .model import ModelSource
-from .report import Finding
-from .runtimes import primary_runtime
-from .sandbox import render_deadline
-from .serving import ServingConfig
-from .source import resolve
+from stopdoctor.analysis.core import Analysis, analyze
+from stopdoctor.rules.runner import run_checks
+from stopdoctor.core.errors import InputError
+from stopdoctor.facts.model_facts import ModelFacts, load_facts
+from stopdoctor.core.types import ModelSource
+from stopdoctor.core.findings import Finding
+from stopdoctor.runtimes.stops import primary_runtime
+from stopdoctor.template.sandbox import render_deadline
+from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.facts.resolve import resolve
 
 # What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
 EXPECTED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
@@ -67,7 +67,7 @@ def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
 
 @dataclass(frozen=True)
 class LogsResult:
-    report: Any  # stopdoctor.logs.LogsReport
+    report: Any  # stopdoctor.actions.logs.query.LogsReport
     findings: list[Finding]
 
 
@@ -86,7 +86,7 @@ def logs_findings(report: Any) -> list[Finding]:
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
                       settings: Any = None, on_progress: Any = None) -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
-    from .logs import LogsSettings, analyze_logs, model_vocabulary
+    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, model_vocabulary
 
     vocabulary = model_vocabulary(model, revision) if model else None
     report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
@@ -94,7 +94,7 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
 
 
 def labels_findings(analysis: Analysis, labels) -> list[Finding]:
-    """Run the SD6xx checks on a labelled dataset (`stopdoctor.labels.LabelsResult`), attached to
+    """Run the SD6xx checks on a labelled dataset (`stopdoctor.actions.labels.build.LabelsResult`), attached to
     a copy of the analysis as the serving checks get theirs."""
     wrapped = copy.copy(analysis)
     wrapped.labels = labels  # type: ignore[attr-defined]
@@ -106,7 +106,7 @@ class LabelsReport:
     source: ModelSource
     facts: ModelFacts
     analysis: Analysis
-    labels: object  # stopdoctor.labels.LabelsResult
+    labels: object  # stopdoctor.actions.labels.build.LabelsResult
     findings: list[Finding]
 
 
@@ -119,7 +119,7 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
-    from .labels import LabelSettings, count_examples, iter_examples, label_dataset
+    from stopdoctor.actions.labels.build import LabelSettings, count_examples, iter_examples, label_dataset
 
     analysis = analyze(facts)
     total = count_examples(data, limit)

@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import REGISTRY, Check
-from .checks.expect import KINDS, Expectation, expecting
-from .errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError, shorten
-from .facts import load_text
-from .report import Finding, Severity, exit_code
+from stopdoctor.rules.runner import REGISTRY
+from stopdoctor.rules.registry import Check
+from stopdoctor.rules.expect import KINDS, Expectation, expecting
+from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError, shorten
+from stopdoctor.facts.model_facts import load_text
+from stopdoctor.core.findings import Finding, Severity, exit_code
 
 try:  # the SD4xx serving checks register on import; select/ignore and SARIF rules must see them
-    from .checks import serving as _serving_checks  # noqa: F401
+    from stopdoctor.rules import serving as _serving_checks  # noqa: F401
 except ModuleNotFoundError as _missing:
     if _missing.name != f"{__package__}.checks.serving":
         raise
@@ -478,7 +479,7 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
     if not settings.models:
         raise InputError("no model to check",
                          hint="pass MODEL arguments, or list models in stopdoctor.toml / [tool.stopdoctor] models")
-    from .api import inspect_model
+    from stopdoctor.api import inspect_model
 
     serving_cache: dict[Path, Any] = {}
     outcomes = []
@@ -516,14 +517,14 @@ def run_gate(settings: Settings, live: bool = False) -> GateReport:
 
 def require_live() -> None:
     """--live needs the generate runtime and torch: fail before the static run, not after it."""
-    from .errors import MissingDependencyError
+    from stopdoctor.core.errors import MissingDependencyError
 
     try:
-        from .generate import fragment_test, require_torch  # noqa: F401 - presence is the check
+        from stopdoctor.actions.generate.run import fragment_test, require_torch  # noqa: F401 - presence is the check
     except ModuleNotFoundError as missing:
         if missing.name != f"{__package__}.generate":
             raise
-        raise MissingDependencyError("--live needs the generate probe (stopdoctor.generate), which this stopdoctor lacks",
+        raise MissingDependencyError("--live needs the generate probe (stopdoctor.actions.generate.run), which this stopdoctor lacks",
                                      hint="drop --live for the static checks") from None
     except ImportError:
         raise MissingDependencyError("--live needs stopdoctor.generate.fragment_test, which this stopdoctor lacks",
@@ -534,7 +535,7 @@ def require_live() -> None:
 def live_probe(result: Any) -> Any:
     """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
     model's weights: a `generate.FragmentVerdict`."""
-    from .generate import LocalEngine, ModelContext, fragment_test
+    from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
 
     return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
 
@@ -559,8 +560,8 @@ def live_findings(result: Any, expectation: Expectation | None, verdict: Any = N
 
 
 def _serving_findings(analysis: Any, path: Path, cache: dict[Path, Any]) -> list[Finding]:
-    from .api import serving_findings
-    from .serving import load_serving
+    from stopdoctor.api import serving_findings
+    from stopdoctor.facts.serving import load_serving
 
     if path not in cache:
         cache[path] = load_serving(path)

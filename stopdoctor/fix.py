@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError
-from .runtimes import tokenizer_eos
+from stopdoctor.core.errors import InputError
+from stopdoctor.runtimes.stops import tokenizer_eos
 
 if TYPE_CHECKING:
-    from .analysis import Analysis
-    from .serving import ServingConfig
+    from stopdoctor.analysis.core import Analysis
+    from stopdoctor.facts.serving import ServingConfig
 
 HF_RUNTIMES = ("transformers", "vllm", "tgi")
 
@@ -262,7 +262,7 @@ def _ids(value) -> list[int]:
 
 
 def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str]) -> list[FileEdit]:
-    from .api import serving_findings
+    from stopdoctor.api import serving_findings
 
     findings = serving_findings(analysis, serving)
     codes = {f.code for f in findings}
@@ -299,7 +299,7 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
 
 
 def _add_modelfile_stops(serving: ServingConfig, stops: list[str]) -> str:
-    from .serving import _modelfile_commands
+    from stopdoctor.facts.serving import _modelfile_commands
 
     text = serving.text
     newline = "\r\n" if "\r\n" in text else "\n"

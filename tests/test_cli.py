@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stopdoctor.checks import REGISTRY
-from stopdoctor.render.human import rules_markdown
+from stopdoctor.rules.runner import REGISTRY
+from stopdoctor.reporters.human import rules_markdown
 
 from .helpers import cli
 
@@ -27,7 +27,7 @@ def test_readme_rules_table_is_current():
     end = readme.index("<!-- rules:end -->")
     assert readme[start:end].strip() == rules_markdown(), (
         "README rules table is stale; regenerate with: python -c "
-        "'from stopdoctor.render.human import rules_markdown; print(rules_markdown())'"
+        "'from stopdoctor.reporters.human import rules_markdown; print(rules_markdown())'"
     )
 
 

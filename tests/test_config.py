@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.config import Settings, find_config, load_settings, read_config, run_gate, with_flags
-from stopdoctor.errors import InputError
-from stopdoctor.report import Severity
+from stopdoctor.core.errors import InputError
+from stopdoctor.core.findings import Severity
 
 
 def write(path: Path, text: str) -> Path:

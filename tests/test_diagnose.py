@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from stopdoctor.diagnose import (
-    Generation,
-    Step,
-    StopCause,
-    TurnEnder,
-    diagnose,
-    exit_code,
-    find_turns,
-    should_have_stopped,
-    step_at,
-)
+from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, exit_code, find_turns, should_have_stopped, step_at
 
 IM_END = TurnEnder(2, "<|im_end|>", ("chat template ends assistant turns with it",))
 ENDOFTEXT = TurnEnder(0, "<|endoftext|>", ("llama.cpp stops on it",))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.config import read_config, run_gate, with_flags
-from stopdoctor.render.check_json import check_document
-from stopdoctor.render.github import render_github
-from stopdoctor.render.junit import render_junit
-from stopdoctor.render.sarif import key_line, sarif_document
+from stopdoctor.reporters.check_json import check_document
+from stopdoctor.reporters.github import render_github
+from stopdoctor.reporters.junit import render_junit
+from stopdoctor.reporters.sarif import key_line, sarif_document
 
 SERVING = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
 
@@ -131,7 +131,7 @@ def test_github_annotations(workspace):
 
 
 def test_github_escapes_separators_in_properties():
-    from stopdoctor.render.github import annotation
+    from stopdoctor.reporters.github import annotation
 
     assert annotation("error", "a\nb%", file="x,y:z", title="t") == "::error file=x%2Cy%3Az,title=t::a%0Ab%25"
 

@@ -40,7 +40,7 @@ def test_the_runner_sees_exit_3_hangs_and_memory(tmp_path, monkeypatch):
         time.sleep(60)
 
     def hog(*args, **kwargs):
-        from stopdoctor.errors import InputError
+        from stopdoctor.core.errors import InputError
 
         block = bytearray(b"x") * (700 * 1024 * 1024)  # written, so resident
         raise InputError(f"held {len(block)} bytes")

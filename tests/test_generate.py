@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stopdoctor.cli import app
-from stopdoctor.errors import InputError
-from stopdoctor.generate import Sampling, build_prompt, load_context, resolve_stops, run_generate
+from stopdoctor.core.errors import InputError
+from stopdoctor.actions.generate.run import Sampling, build_prompt, load_context, resolve_stops, run_generate
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 runner = CliRunner()
@@ -156,7 +156,7 @@ def test_a_server_reply_that_is_not_openai_shaped_is_one_line(synth_root):
 
 @pytest.fixture(scope="module")
 def smol(real_models):
-    from stopdoctor.generate import LocalEngine
+    from stopdoctor.actions.generate.run import LocalEngine
 
     context = load_context(str(real_models.smollm2_hf))
     return context, LocalEngine.load(context.facts, device="cpu")
@@ -226,7 +226,7 @@ def test_sampling_with_a_seed_is_reproducible(smol):
 
 @pytest.mark.slow
 def test_fragment_test_says_instruct_for_smollm2(smol):
-    from stopdoctor.generate import fragment_test
+    from stopdoctor.actions.generate.run import fragment_test
 
     context, engine = smol
     verdict = fragment_test(context, engine, 24)

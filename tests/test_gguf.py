@@ -1,4 +1,4 @@
-"""stopdoctor.gguf: the GGUF header reader and the tokenizer built from it.
+"""stopdoctor.facts.gguf: the GGUF header reader and the tokenizer built from it.
 
 Synthetic files are written with gguf's own GGUFWriter; real files (SmolLM2, Gemma 3) come from
 $STOPDOCTOR_TEST_MODELS and are compared with gguf's GGUFReader and transformers' AutoTokenizer.
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 gguf = pytest.importorskip("gguf")
 
-from stopdoctor.errors import InputError  # noqa: E402
-from stopdoctor.gguf import GGUFHeader, LazyStrings, read_header  # noqa: E402
-from stopdoctor.model import Token  # noqa: E402
+from stopdoctor.core.errors import InputError  # noqa: E402
+from stopdoctor.facts.gguf import GGUFHeader, LazyStrings, read_header  # noqa: E402
+from stopdoctor.core.types import Token  # noqa: E402
 
 from .helpers import test_models_dir
 
@@ -332,7 +332,7 @@ def test_gemma_header_is_fast_in_a_cold_process() -> None:
     path = real_model(GEMMA)
     code = (
         "import time; t = time.perf_counter()\n"
-        "from stopdoctor.gguf import read_header\n"
+        "from stopdoctor.facts.gguf import read_header\n"
         f"h = read_header({str(path)!r}); n = len(h.tokens)\n"
         "print(time.perf_counter() - t, n)"
     )
@@ -380,7 +380,7 @@ def test_real_file_matches_gguf_reader(name: str) -> None:
 def test_tokenizer_matches_transformers(name: str) -> None:
     """Same ids as `AutoTokenizer.from_pretrained(dir, gguf_file=...)`. Gemma takes ~40 s: transformers
     rebuilds its merges from the vocabulary, both here and in the oracle."""
-    from stopdoctor.gguf import header_to_tokenizer
+    from stopdoctor.facts.gguf import header_to_tokenizer
 
     path = real_model(name)
     transformers = pytest.importorskip("transformers")
@@ -398,7 +398,7 @@ def test_tokenizer_matches_transformers(name: str) -> None:
 
 
 def test_tokenizer_without_vocabulary_is_an_input_error(tmp_path: Path) -> None:
-    from stopdoctor.gguf import header_to_tokenizer
+    from stopdoctor.facts.gguf import header_to_tokenizer
 
     header = read_header(write_gguf(tmp_path / "bare.gguf", lambda w: None, tensor=False))
     with pytest.raises(InputError, match="no vocabulary"):

@@ -265,7 +265,7 @@ def test_stdout_on_a_full_disk_is_an_io_error(synth_root):
 def test_a_crashing_check_in_check_serving_is_sd000_exit_1(model, monkeypatch):
     import dataclasses
 
-    from stopdoctor.checks import REGISTRY
+    from stopdoctor.rules.runner import REGISTRY
 
     def broken(analysis, check):
         if getattr(analysis, "serving", None) is not None:
@@ -299,10 +299,10 @@ def test_lipsum_is_refused_before_it_runs(model):
 
 def test_one_deadline_for_all_of_inspects_renders(synth_root):
     """~15 renders of a template just under the per-render limit must not add up to minutes."""
-    from stopdoctor.analysis import analyze
+    from stopdoctor.analysis.core import analyze
     from stopdoctor.api import load
-    from stopdoctor.errors import TemplateError
-    from stopdoctor.sandbox import RenderLimits, render_deadline
+    from stopdoctor.core.errors import TemplateError
+    from stopdoctor.template.sandbox import RenderLimits, render_deadline
 
     facts = load(str(synth_root / "clean-chatml"))
     template = facts.template
@@ -324,7 +324,7 @@ def test_probe_stop_with_a_long_stop_string(model):
 
 
 def test_contains_run_is_linear():
-    from stopdoctor.probe import contains_run
+    from stopdoctor.analysis.probe import contains_run
 
     hay = [1, 2] * 50_000
     started = time.monotonic()
@@ -379,7 +379,7 @@ def test_200000_stop_strings_in_a_request_body(model, tmp_path):
 def test_template_values_are_capped_before_they_are_built(template, expected):
     import resource
 
-    from stopdoctor.sandbox import TemplateLimitError, render_chat
+    from stopdoctor.template.sandbox import TemplateLimitError, render_chat
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
@@ -391,7 +391,7 @@ def test_template_values_are_capped_before_they_are_built(template, expected):
 
 
 def test_tojson_indent_matches_json_dumps():
-    from stopdoctor.sandbox import render_chat
+    from stopdoctor.template.sandbox import render_chat
 
     value = {"b": [1, {"c": "é"}], "a": None}
     for kwargs, call in ((dict(indent=2), "indent=2"), (dict(indent="\t", sort_keys=True), "indent='\\t', sort_keys=true"),
@@ -449,7 +449,7 @@ def test_render_of_a_prompt_with_a_million_tokens(model):
 
 def test_prompt_tokens_behave_as_a_list(model):
     from stopdoctor.api import load
-    from stopdoctor.prompt import encode_prompt
+    from stopdoctor.actions.prompt import encode_prompt
 
     ids, tokens = encode_prompt(load(model()), "<|im_start|>user\nhi<|im_end|>\n")
     as_list = list(tokens)
@@ -464,8 +464,8 @@ def test_a_template_limit_reached_inside_a_check_is_exit_2_not_sd000(model, monk
     """The command's render deadline can pass during a check's own render (SD205 renders too)."""
     import dataclasses
 
-    from stopdoctor.checks import REGISTRY
-    from stopdoctor.sandbox import TemplateLimitError
+    from stopdoctor.rules.runner import REGISTRY
+    from stopdoctor.template.sandbox import TemplateLimitError
 
     def slow(analysis, check):
         raise TemplateLimitError("chat template stopped: rendering the template took more than 10 s in all")
@@ -477,7 +477,7 @@ def test_a_template_limit_reached_inside_a_check_is_exit_2_not_sd000(model, monk
 
 
 def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
-    from stopdoctor.probe import MAX_FALSE_POSITIVES
+    from stopdoctor.analysis.probe import MAX_FALSE_POSITIVES
 
     corpus = write(tmp_path, "answers.txt", "User: " * 1_000_000)
     started = time.monotonic()
@@ -491,8 +491,8 @@ def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
 
 @pytest.mark.parametrize("where", ["message", "tool"])
 def test_template_data_nested_too_deeply_is_an_input_error(where):
-    from stopdoctor.errors import InputError
-    from stopdoctor.sandbox import render_chat
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.template.sandbox import render_chat
 
     deep: list = []
     for _ in range(sys.getrecursionlimit() + 10):

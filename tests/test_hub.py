@@ -49,6 +49,6 @@ def test_hub_id_not_cached_offline_is_one_line_exit_2():
 
 
 def test_never_downloads_weights_patterns():
-    from stopdoctor.source import MODEL_FILES
+    from stopdoctor.facts.resolve import MODEL_FILES
 
     assert not any(name.endswith((".safetensors", ".bin", ".pt", ".gguf")) for name in MODEL_FILES)

@@ -7,7 +7,7 @@ import pytest
 
 from fixtures.synth import CASES
 from stopdoctor.api import inspect_model
-from stopdoctor.checks import REGISTRY
+from stopdoctor.rules.runner import REGISTRY
 
 from .helpers import cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.api import logs_findings
-from stopdoctor.logs import LogsSettings, analyze_logs, builtin_vocabulary, diagnose_text, model_vocabulary
+from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, builtin_vocabulary, diagnose_text, model_vocabulary
 
 from .helpers import cli
 

@@ -47,8 +47,8 @@ def test_check_model_applies_that_models_configured_expectation(readme_project, 
 
 def _fake_probe(monkeypatch):
     from stopdoctor import config
-    from stopdoctor.diagnose import Generation, StopCause
-    from stopdoctor.generate import FragmentProbe, FragmentVerdict
+    from stopdoctor.analysis.diagnose import Generation, StopCause
+    from stopdoctor.actions.generate.run import FragmentProbe, FragmentVerdict
 
     generation = Generation("stop", StopCause("eos", 2, "<|im_end|>"), "Paris.")
     verdict = FragmentVerdict("instruct", "answered the question and ended its turn after 3 tokens (<|im_end|>)",
@@ -107,7 +107,7 @@ def test_a_path_typo_under_an_existing_folder_is_no_such_folder(tmp_path, monkey
 
 
 def test_error_lines_are_bounded_and_show_control_characters(tmp_path):
-    from stopdoctor.errors import InputError
+    from stopdoctor.core.errors import InputError
 
     error = InputError("x" * 5_000_000)
     assert len(error.message) < 1100 and error.message.endswith("(4999000 more characters)")
@@ -187,14 +187,7 @@ def test_a_template_passed_as_serving_file_is_named_and_no_findings_is_not_claim
 
 
 def test_generate_exits_1_when_the_model_wrote_a_turn_itself_though_something_later_stopped_it():
-    from stopdoctor.diagnose import (
-        Generation,
-        Step,
-        StopCause,
-        TurnEnder,
-        diagnose,
-        exit_code,
-    )
+    from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, exit_code
 
     tokens = [(504, "Paris", False), (30, ".", False), (2, "<|im_end|>", True), (198, "\n", False),
               (1, "<|im_start|>", True), (4093, "user", False), (198, "\n", False), (57, "Hi", False),
@@ -223,8 +216,8 @@ def test_the_test_suite_cleans_up_its_temp_folders():
 def test_torch_threads_leave_busy_cores_alone(monkeypatch):
     import os
 
-    from stopdoctor.errors import InputError
-    from stopdoctor.generate import cpu_threads
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.actions.generate.run import cpu_threads
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.7, 2.5, 1.5))
@@ -240,7 +233,7 @@ def test_torch_threads_leave_busy_cores_alone(monkeypatch):
 
 
 def test_gguf_conversion_reports_tensors_as_progress_lines():
-    from stopdoctor.generate import _tensor_progress
+    from stopdoctor.actions.generate.run import _tensor_progress
 
     heard: list[str] = []
     items = list(_tensor_progress(heard.append, "m.gguf")(range(272), desc="Converting and de-quantizing"))
@@ -276,7 +269,7 @@ def test_gguf_generate_gives_progress_and_converts_once(tmp_path):
 
 
 def test_probe_stop_suggests_only_what_measures_better():
-    from stopdoctor.probe import _recommend
+    from stopdoctor.analysis.probe import _recommend
 
     def recs(misses_of, false_hits=()):
         return _recommend("Question:", 1, 12, [[1], [2]], None, list(false_hits), [], "<|user|>\n", misses_of)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from stopdoctor.probe import DEFAULT_CONTEXTS, SAMPLE_ANSWERS, FalsePositive, StopProbe, probe_stop
+from stopdoctor.analysis.probe import DEFAULT_CONTEXTS, SAMPLE_ANSWERS, FalsePositive, StopProbe, probe_stop
 
 from .helpers import test_models_dir
 
@@ -146,7 +146,7 @@ def test_turn_endings_extra_contexts_and_user_header():
 
 
 def test_probe_module_imports_no_torch_or_transformers():
-    code = "import sys, stopdoctor.probe, stopdoctor.stopmatch; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    code = "import sys, stopdoctor.analysis.probe, stopdoctor.actions.generate.stopmatch; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

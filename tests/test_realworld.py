@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from stopdoctor.api import inspect_model
-from stopdoctor.errors import InputError
+from stopdoctor.core.errors import InputError
 
 from .helpers import cli
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from stopdoctor.api import load
 from stopdoctor.cli import app
-from stopdoctor.errors import TemplateError
-from stopdoctor.prompt import render_prompt
+from stopdoctor.core.errors import TemplateError
+from stopdoctor.actions.prompt import render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATML_OK = ROOT / "fixtures" / "examples" / "chatml-ok"
@@ -122,7 +122,7 @@ def test_real_smollm2_gguf_matches_transformers(real_models) -> None:
 def test_real_gemma_gguf_ids_match_transformers_with_a_template_file(real_models, synth_root: Path) -> None:
     # The Gemma 3 base GGUF ships no chat template (neither runtime can render it); render it with the
     # synthetic Gemma template given explicitly, as --template FILE does, to check the ids.
-    from stopdoctor.prompt import select_template
+    from stopdoctor.actions.prompt import select_template
 
     gguf = Path(real_models.gemma_gguf)
     facts = load(str(gguf))
@@ -324,7 +324,7 @@ def test_render_without_messages_falls_back_when_the_template_rejects_a_system_t
 def test_json_token_list_is_every_token_whatever_the_text_holds() -> None:
     """The token list is written as text (a million tokens as dicts took ~1.5 GB): it must still
     be exactly the tokens, with quotes, escapes and look-alike marks in the messages."""
-    from stopdoctor.render.prompt_text import render_prompt_json
+    from stopdoctor.reporters.prompt_text import render_prompt_json
 
     facts = load(str(CHATML_OK))
     tricky = 'say "hi"\\n \u2028 \x00 {"index": 1} ' + '"0123456789abcdef0123456789abcdef:0"'

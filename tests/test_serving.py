@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.api import inspect_model
-import stopdoctor.checks.serving  # noqa: F401  (registers SD4xx until checks/__init__ imports it)
-from stopdoctor.checks import REGISTRY, run_checks
-from stopdoctor.errors import InputError
+import stopdoctor.rules.serving  # noqa: F401  (registers SD4xx until checks/__init__ imports it)
+from stopdoctor.rules.runner import REGISTRY, run_checks
+from stopdoctor.core.errors import InputError
 from stopdoctor.api import serving_findings
-from stopdoctor.serving import effective_stops, load_serving
+from stopdoctor.facts.serving import effective_stops, load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "fixtures" / "serving"

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from stopdoctor.stopmatch import IncrementalDetokenizer, StopHit, StopStringMatcher
+from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopHit, StopStringMatcher
 
 from .helpers import test_models_dir
 

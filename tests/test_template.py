@@ -1,4 +1,4 @@
-"""stopdoctor.sandbox and stopdoctor.turns: byte-identical to transformers' chat template rendering, sandboxed, limited.
+"""stopdoctor.template.sandbox and stopdoctor.template.turns: byte-identical to transformers' chat template rendering, sandboxed, limited.
 
 The oracle is transformers' own `render_jinja_template` (what `apply_chat_template(tokenize=False)`
 calls after normalising messages), imported only here in the tests.
@@ -14,9 +14,9 @@ import tracemalloc
 import jinja2.exceptions
 import pytest
 
-from stopdoctor.errors import StopdoctorError, TemplateError
-from stopdoctor.sandbox import RenderLimits, compile_template, render_chat
-from stopdoctor.turns import EndOfTurnMarker, analyze_turns, find_end_of_turn, find_turn_headers, template_writes_bos
+from stopdoctor.core.errors import StopdoctorError, TemplateError
+from stopdoctor.template.sandbox import RenderLimits, compile_template, render_chat
+from stopdoctor.template.turns import EndOfTurnMarker, analyze_turns, find_end_of_turn, find_turn_headers, template_writes_bos
 
 # ---------------------------------------------------------------------------------------------
 # Templates, written after the published ones of each family
@@ -524,7 +524,7 @@ def test_hostile_template_in_end_of_turn_detection_is_refused():
 
 
 def test_importing_the_renderer_does_not_import_transformers_or_torch():
-    code = "import sys, stopdoctor.sandbox, stopdoctor.turns; print('transformers' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, stopdoctor.template.sandbox, stopdoctor.template.turns; print('transformers' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
 

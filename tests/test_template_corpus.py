@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import templates
-from stopdoctor import turns
+from stopdoctor.template import turns
 
 LABELS_PATH = Path(__file__).parent / "data" / "template_labels.json"
 STYLES = set(turns.STYLES)  # the styles stopdoctor itself names

@@ -16,16 +16,16 @@ import pytest
 
 from fixtures import templates
 from fixtures.synth import build_family
-from stopdoctor.analysis import analyze
+from stopdoctor.analysis.core import analyze
 from stopdoctor.api import inspect_model, load, serving_findings
-from stopdoctor.checks import run_checks
-from stopdoctor.diagnose import StopCause, turn_enders
-from stopdoctor.errors import InputError
+from stopdoctor.rules.runner import run_checks
+from stopdoctor.analysis.diagnose import StopCause, turn_enders
+from stopdoctor.core.errors import InputError
 from stopdoctor.fix import plan_fixes
-from stopdoctor.generate import StopSet, _server_cause
-from stopdoctor.model import ChatTemplate, Location
-from stopdoctor.serving import load_serving
-from stopdoctor.turns import analyze_turns
+from stopdoctor.actions.generate.run import StopSet, _server_cause
+from stopdoctor.core.types import ChatTemplate, Location
+from stopdoctor.facts.serving import load_serving
+from stopdoctor.template.turns import analyze_turns
 
 from .helpers import cli
 

@@ -36,9 +36,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from fixtures import templates  # noqa: E402
-from stopdoctor.errors import StopdoctorError  # noqa: E402
-from stopdoctor.sandbox import render_chat  # noqa: E402
-from stopdoctor.turns import analyze_turns  # noqa: E402
+from stopdoctor.core.errors import StopdoctorError  # noqa: E402
+from stopdoctor.template.sandbox import render_chat  # noqa: E402
+from stopdoctor.template.turns import analyze_turns  # noqa: E402
 
 LABELS = json.loads((Path(__file__).parent / "data" / "template_labels.json").read_text(encoding="utf-8"))["labels"]
 EOS, BOS = "<|sd_eos|>", "<|sd_bos|>"

@@ -16,8 +16,8 @@ from typing import Annotated, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from .. import __version__
-from ..errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError, shorten
+from stopdoctor import __version__
+from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError, shorten
 
 
 class Command(TyperCommand):
@@ -94,7 +94,7 @@ class MessagePairCommand(Command):
 
 
 def message_pairs(values: list[str]) -> list[tuple[str, str]]:
-    from ..errors import InputError
+    from stopdoctor.core.errors import InputError
 
     pairs = []
     for value in values:
@@ -110,8 +110,8 @@ def say(message: str) -> None:
     """Talk (progress, hints) goes to stderr; stdout carries data. One write per line, so lines
     from the progress timer and the command never interleave. Control characters (a template's
     escape sequences in an error) are shown as escapes, and a line is never longer than a screenful."""
-    from ..errors import shorten
-    from ..render.console import printable
+    from stopdoctor.core.errors import shorten
+    from stopdoctor.reporters.console import printable
 
     sys.stderr.write(printable(shorten(message, 4000)) + "\n")
     sys.stderr.flush()
@@ -134,7 +134,7 @@ class working:
 
     def __enter__(self) -> working:
         if sys.stderr.isatty():
-            from ..render.console import make_console
+            from stopdoctor.reporters.console import make_console
 
             self._status = make_console(stderr=True).status(self.message)
             self._status.start()
@@ -178,7 +178,7 @@ def handles_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from ..sandbox import render_deadline
+        from stopdoctor.template.sandbox import render_deadline
 
         try:
             with render_deadline():  # one time limit for all the template renders of a command
@@ -202,7 +202,7 @@ def handles_errors(command: F) -> F:
 
 
 def parse_severity(text: str):
-    from ..report import Severity
+    from stopdoctor.core.findings import Severity
 
     try:
         return Severity.parse(text)
@@ -241,7 +241,7 @@ def width_for_stdout() -> int:
     return max(60, min(shutil.get_terminal_size((100, 24)).columns, 160)) if sys.stdout.isatty() else 100
 
 
-from . import inspect as _inspect  # noqa: E402,F401  (registers commands)
+from stopdoctor.cli import inspect as _inspect  # noqa: E402,F401  (registers commands)
 
 for _optional in ("render", "probe", "generate", "check", "fix", "labels", "logs"):
     try:

@@ -14,8 +14,8 @@ from typing import Annotated, List, Optional  # typer reads these; `list[str] | 
 
 import typer
 
-from ..errors import shorten
-from . import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
+from stopdoctor.core.errors import shorten
+from stopdoctor.cli import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 ModelsArg = Annotated[Optional[List[str]], typer.Argument(metavar="[MODEL]...",
     help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
@@ -40,8 +40,8 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
           revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None,
           json: CheckJsonOpt = False) -> int:
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
-    from ..config import load_settings, require_live, run_gate, with_flags
-    from ..errors import InputError
+    from stopdoctor.config import load_settings, require_live, run_gate, with_flags
+    from stopdoctor.core.errors import InputError
 
     if json:
         if format not in (None, "json"):
@@ -62,7 +62,7 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(document, encoding="utf-8")
         except OSError as error:
-            from ..errors import InputError
+            from stopdoctor.core.errors import InputError
 
             raise InputError(f"{output}: cannot write: {error.strerror or error}") from None
         say(f"stopdoctor: wrote {settings.format} report to {output}")
@@ -74,19 +74,19 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
 
 def _render(format: str, report, base: Path, exit_zero: bool, color: bool | None) -> str:
     if format == "json":
-        from ..render.check_json import render_check_json
+        from stopdoctor.reporters.check_json import render_check_json
 
         return render_check_json(report, base, exit_zero)
     if format == "sarif":
-        from ..render.sarif import render_sarif
+        from stopdoctor.reporters.sarif import render_sarif
 
         return render_sarif(report, base)
     if format == "junit":
-        from ..render.junit import render_junit
+        from stopdoctor.reporters.junit import render_junit
 
         return render_junit(report, base)
     if format == "github":
-        from ..render.github import render_github
+        from stopdoctor.reporters.github import render_github
 
         return render_github(report, base)
     return _human(report, color_for_stdout(color), width_for_stdout())
@@ -94,7 +94,7 @@ def _render(format: str, report, base: Path, exit_zero: bool, color: bool | None
 
 def _human(report, color: bool, width: int) -> str:
     """The inspect report of each model with the gate's findings (filtered, severities applied)."""
-    from ..render.human import render_inspect_human
+    from stopdoctor.reporters.human import render_inspect_human
 
     parts = []
     for model in report.models:
@@ -102,19 +102,19 @@ def _human(report, color: bool, width: int) -> str:
             parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
                                               command="check", unfinished=model.error_line))
         if model.live is not None:
-            from ..render.generation import render_live_human
+            from stopdoctor.reporters.generation import render_live_human
 
             parts.append(render_live_human(model.live, color, width))
         if model.error is not None and model.result is None:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
-            from ..render.console import printable
+            from stopdoctor.reporters.console import printable
 
             parts.append(printable(f"stopdoctor check {shorten(model.spec, 80)}\n  could not check it: {model.error_line}{hint}\n"))
     return "\n".join(parts)
 
 
 def _summarise(report, exit_zero: bool) -> None:
-    from ..report import Severity
+    from stopdoctor.core.findings import Severity
 
     findings = report.findings
     counts = ", ".join(f"{sum(1 for f in findings if f.severity == s)} {s.label}" for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))

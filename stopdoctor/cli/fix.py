@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import JsonOpt, ModelArg, RevisionOpt, app, emit, handles_errors, say
+from stopdoctor.cli import JsonOpt, ModelArg, RevisionOpt, app, emit, handles_errors, say
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
 KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]
@@ -25,7 +25,7 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
     """Show the safe fixes for stop defects as a diff; --write applies them."""
     code, plan, written = _fix(model, serving, kind, write, revision, quiet=json)
     if json:
-        from ..render.fix_json import render_fix_json
+        from stopdoctor.reporters.fix_json import render_fix_json
 
         emit(render_fix_json(model, plan, written, code))
     return code
@@ -33,10 +33,10 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
 
 def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool):
     """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
-    from ..api import inspect_model
-    from ..errors import InputError
-    from ..fix import plan_fixes
-    from ..serving import load_serving
+    from stopdoctor.api import inspect_model
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.fix import plan_fixes
+    from stopdoctor.facts.serving import load_serving
 
     config = load_serving(serving, kind) if serving is not None else None
     result = inspect_model(model, revision)

@@ -3,7 +3,7 @@ server), stop as the chosen runtime would, and say why it stopped or why it did 
 
 Exit codes: 0 it stopped in time (eos, stop id, stop string) or ran to the budget with no sign of
 a runaway; 1 it wrote the next turn itself (even if a later token stopped it), or ran to the budget
-after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.generate, inside the local engine.
+after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.actions.generate.run, inside the local engine.
 """
 
 from __future__ import annotations
@@ -15,21 +15,7 @@ import math
 
 import typer
 
-from . import (
-    ColorOpt,
-    JsonOpt,
-    MessageOpt,
-    MessagePairCommand,
-    ModelArg,
-    RevisionOpt,
-    app,
-    color_for_stdout,
-    emit,
-    handles_errors,
-    message_pairs,
-    width_for_stdout,
-    working,
-)
+from stopdoctor.cli import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, message_pairs, width_for_stdout, working
 
 
 # A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
@@ -64,19 +50,9 @@ def generate(
     color: ColorOpt = None,
 ) -> int:
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
-    from ..diagnose import exit_code
-    from ..errors import InputError
-    from ..generate import (
-        LocalEngine,
-        Sampling,
-        ServerEngine,
-        build_prompt,
-        fragment_test as run_fragment_test,
-        load_context,
-        read_messages,
-        resolve_stops,
-        run_generate,
-    )
+    from stopdoctor.analysis.diagnose import exit_code
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.actions.generate.run import LocalEngine, Sampling, ServerEngine, build_prompt, fragment_test as run_fragment_test, load_context, read_messages, resolve_stops, run_generate
 
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
@@ -115,7 +91,7 @@ def generate(
             engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle, progress=status.update)
 
     if fragment_test:
-        from ..render.generation import render_fragment_human, render_fragment_json
+        from stopdoctor.reporters.generation import render_fragment_human, render_fragment_json
 
         with working("running the fragment test…"):
             verdict = run_fragment_test(context, engine, max_new_tokens)
@@ -127,11 +103,11 @@ def generate(
     with working(f"generating up to {max_new_tokens} tokens…"):
         result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
     if json:
-        from ..render.generation import render_generation_json
+        from stopdoctor.reporters.generation import render_generation_json
 
         emit(render_generation_json(result))
     else:
-        from ..render.generation import render_generation_human
+        from stopdoctor.reporters.generation import render_generation_human
 
         emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace,
                                      max_new_tokens=max_new_tokens))

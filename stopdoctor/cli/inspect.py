@@ -6,20 +6,7 @@ from typing import Annotated
 
 import typer
 
-from . import (
-    ColorOpt,
-    FailOnOpt,
-    JsonOpt,
-    ModelArg,
-    RevisionOpt,
-    app,
-    color_for_stdout,
-    emit,
-    handles_errors,
-    parse_severity,
-    width_for_stdout,
-    working,
-)
+from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout, working
 
 
 @app.command()
@@ -28,17 +15,17 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
             color: ColorOpt = None) -> int:
     """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
     threshold = parse_severity(fail_on)
-    from ..api import inspect_model
-    from ..report import exit_code
+    from stopdoctor.api import inspect_model
+    from stopdoctor.core.findings import exit_code
 
     with working(f"inspecting {model}…"):
         result = inspect_model(model, revision)
     if json:
-        from ..render.inspect_json import render_inspect_json
+        from stopdoctor.reporters.inspect_json import render_inspect_json
 
         emit(render_inspect_json(result))
     else:
-        from ..render.human import render_inspect_human
+        from stopdoctor.reporters.human import render_inspect_human
 
         emit(render_inspect_human(result, color=color_for_stdout(color), width=width_for_stdout()))
     return exit_code(result.findings, threshold)
@@ -49,8 +36,8 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
 def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A check code (SD101) or name to explain.")] = None,
           json: JsonOpt = False, color: ColorOpt = None) -> int:
     """List the checks, or explain one."""
-    from ..checks import REGISTRY, find
-    from ..errors import InputError
+    from stopdoctor.rules.runner import REGISTRY, find
+    from stopdoctor.core.errors import InputError
 
     if code is not None:
         found = find(code)
@@ -62,14 +49,14 @@ def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A c
     if json:
         import json as json_module
 
-        from ..render.inspect_json import header
+        from stopdoctor.reporters.inspect_json import header
 
         emit(json_module.dumps({**header("stopdoctor.rules/1"), "rules": [
             {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}
             for c in checks
         ]}, indent=2) + "\n")
     else:
-        from ..render.human import render_rules_human
+        from stopdoctor.reporters.human import render_rules_human
 
         emit(render_rules_human(checks, color_for_stdout(color), width_for_stdout(), detail=code is not None))
     return 0

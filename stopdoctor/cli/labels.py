@@ -9,21 +9,7 @@ from typing import Annotated
 
 import typer
 
-from . import (
-    ColorOpt,
-    FailOnOpt,
-    JsonOpt,
-    ModelArg,
-    RevisionOpt,
-    app,
-    color_for_stdout,
-    emit,
-    handles_errors,
-    parse_severity,
-    say,
-    width_for_stdout,
-    working,
-)
+from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, say, width_for_stdout, working
 
 DataOpt = Annotated[Path, typer.Option(
     "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]
@@ -61,7 +47,7 @@ class _Progress:
                 TimeRemainingColumn,
             )
 
-            from ..render.console import make_console
+            from stopdoctor.reporters.console import make_console
 
             self.bar = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                                 console=make_console(stderr=True), transient=True)
@@ -108,10 +94,10 @@ def labels(
 ) -> int:
     """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
     threshold = parse_severity(fail_on)
-    from ..api import check_labels_of, load
-    from ..errors import InputError
-    from ..labels import COLLATORS, LabelSettings
-    from ..report import exit_code
+    from stopdoctor.api import check_labels_of, load
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.actions.labels.build import COLLATORS, LabelSettings
+    from stopdoctor.core.findings import exit_code
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
@@ -119,8 +105,8 @@ def labels(
         raise InputError("--limit must be at least 1")
     chosen = None
     if template is not None:
-        from ..facts import load_text
-        from ..model import ChatTemplate
+        from stopdoctor.facts.model_facts import load_text
+        from stopdoctor.core.types import ChatTemplate
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
@@ -134,17 +120,17 @@ def labels(
     finally:
         progress.close()
     if json:
-        from ..render.labels_text import render_labels_json
+        from stopdoctor.reporters.labels_text import render_labels_json
 
         emit(render_labels_json(report, show))
     else:
-        from ..render.labels_text import render_labels_human
+        from stopdoctor.reporters.labels_text import render_labels_human
 
         emit(render_labels_human(report, show, color=color_for_stdout(color), width=width_for_stdout()))
     return exit_code(report.findings, threshold)
 
 
 def _location(path: Path):
-    from ..model import Location
+    from stopdoctor.core.types import Location
 
     return Location(path.name)

@@ -9,14 +9,14 @@ from typing import Annotated
 
 import typer
 
-from . import ColorOpt, FailOnOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout
+from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout
 
 # Below this much input the report takes about a second: no progress bar.
 PROGRESS_BYTES = 64 * 1024 * 1024
 
 
 def _share(value: float, flag: str) -> float:
-    from ..errors import InputError
+    from stopdoctor.core.errors import InputError
 
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         raise InputError(f"{flag} must be a share between 0 and 1 (e.g. 0.05 for 5%), not {value}")
@@ -34,7 +34,7 @@ class _Progress:
         if sys.stderr.isatty() and sum(sizes) >= PROGRESS_BYTES:
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-            from ..render.console import make_console
+            from stopdoctor.reporters.console import make_console
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                                 console=make_console(stderr=True), transient=True)
@@ -53,7 +53,7 @@ class _Progress:
         return None if self.bar is None else self.update
 
     def update(self, path: str, percent: float) -> None:
-        from ..logs import RUNNING_DONE
+        from stopdoctor.actions.logs.query import RUNNING_DONE
 
         name = os.path.basename(path)
         if self.finished:
@@ -93,8 +93,8 @@ def logs(
 ) -> int:
     """How often logged responses stopped for the wrong reason: cut by the budget, or ran on into a fake next turn."""
     threshold = parse_severity(fail_on)
-    from ..errors import InputError
-    from ..logs import LogsSettings, parse_field_overrides
+    from stopdoctor.core.errors import InputError
+    from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
 
     if examples < 0 or examples > 1000:
         raise InputError("--examples must be between 0 and 1000")
@@ -102,22 +102,22 @@ def logs(
                             max_length_share=_share(max_length_share, "--max-length-share"),
                             max_turn_share=_share(max_turn_share, "--max-turn-share"), examples=examples)
     if show_sql:
-        from ..logs import model_vocabulary
-        from ..logs import show_sql as normalising_queries
+        from stopdoctor.actions.logs.query import model_vocabulary
+        from stopdoctor.actions.logs.query import show_sql as normalising_queries
 
         emit(normalising_queries(files, model_vocabulary(model, revision) if model else None, settings))
         return 0
-    from ..api import analyze_log_files
-    from ..report import exit_code
+    from stopdoctor.api import analyze_log_files
+    from stopdoctor.core.findings import exit_code
 
     with _Progress(files) as progress:
         result = analyze_log_files(files, model, revision, settings, progress.callback)
     if json:
-        from ..render.logs_text import render_logs_json
+        from stopdoctor.reporters.logs_text import render_logs_json
 
         emit(render_logs_json(result, threshold))
     else:
-        from ..render.logs_text import render_logs_human
+        from stopdoctor.reporters.logs_text import render_logs_human
 
         emit(render_logs_human(result, color=color_for_stdout(color), width=width_for_stdout()))
     return exit_code(result.findings, threshold)

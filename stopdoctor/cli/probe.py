@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from . import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
+from stopdoctor.cli import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
 
 
 @app.command("probe-stop")
@@ -29,13 +29,13 @@ def probe_stop(
     color: ColorOpt = None,
 ) -> int:
     """Show how each stop string tokenizes after typical text, where an id match misses, and false positives."""
-    from ..errors import InputError
+    from stopdoctor.core.errors import InputError
 
     if model is None:
         raise InputError("probe-stop needs --model: stop strings tokenize differently in every vocabulary",
                          hint='e.g. stopdoctor probe-stop "\\nUser:" --model HuggingFaceTB/SmolLM2-135M-Instruct')
-    from ..api import load
-    from ..prompt import parse_escapes, probe_model, read_corpus
+    from stopdoctor.api import load
+    from stopdoctor.actions.prompt import parse_escapes, probe_model, read_corpus
 
     texts = [parse_escapes(s) for s in stops or []]
     if not texts and not from_template:
@@ -47,11 +47,11 @@ def probe_stop(
     for note in report.notes:
         say(f"stopdoctor: {note}")
     if json:
-        from ..render.probe_text import render_probe_json
+        from stopdoctor.reporters.probe_text import render_probe_json
 
         emit(render_probe_json(report))
     else:
-        from ..render.probe_text import render_probe_human
+        from stopdoctor.reporters.probe_text import render_probe_human
 
         emit(render_probe_human(report, color=color_for_stdout(color), width=width_for_stdout()))
     return 1 if fail_on_miss and report.failed else 0

@@ -6,22 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from . import (
-    ColorOpt,
-    JsonOpt,
-    MessageOpt,
-    MessagePairCommand,
-    ModelArg,
-    RevisionOpt,
-    app,
-    color_for_stdout,
-    emit,
-    handles_errors,
-    message_pairs,
-    say,
-    width_for_stdout,
-    working,
-)
+from stopdoctor.cli import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, message_pairs, say, width_for_stdout, working
 
 MessagesOpt = Annotated[Path | None, typer.Option(
     "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]
@@ -51,17 +36,9 @@ def render(
     color: ColorOpt = None,
 ) -> int:
     """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
-    from ..api import load
-    from ..errors import InputError, TemplateError
-    from ..prompt import (
-        SAMPLE_CONVERSATION,
-        compare_prompts,
-        load_conversations,
-        load_tools,
-        render_prompt,
-        select_template,
-        template_from_file,
-    )
+    from stopdoctor.api import load
+    from stopdoctor.core.errors import InputError, TemplateError
+    from stopdoctor.actions.prompt import SAMPLE_CONVERSATION, compare_prompts, load_conversations, load_tools, render_prompt, select_template, template_from_file
 
     if messages_file is not None and message:
         raise InputError("give --messages or -m, not both")
@@ -105,11 +82,11 @@ def render(
         ]
 
     if json:
-        from ..render.prompt_text import render_prompt_json
+        from stopdoctor.reporters.prompt_text import render_prompt_json
 
         emit(render_prompt_json(rendered, comparisons))
     else:
-        from ..render.prompt_text import render_prompt_human
+        from stopdoctor.reporters.prompt_text import render_prompt_human
 
         emit(render_prompt_human(rendered, comparisons, show_ids=ids, color=color_for_stdout(color),
                                  width=width_for_stdout()))

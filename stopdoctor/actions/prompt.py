@@ -1,0 +1,605 @@
+"""Plain functions behind `stopdoctor render` and `stopdoctor probe-stop`: the fully templated
+prompt exactly as transformers builds it, a comparison of two templates on the same messages, and
+a stop-string probe with the model's own turn structure added. No printing, no exiting.
+
+Fidelity contract (transformers 5.x `apply_chat_template`): the text is what
+`apply_chat_template(..., tokenize=False)` returns, and the ids are what `tokenize=True` returns,
+which is the text encoded with `add_special_tokens=False`. So the ids never gain a BOS the
+template did not write; a template that writes `bos_token` while the tokenizer also adds one only
+doubles BOS when the text is encoded again with special tokens on (`tokenizer(text)`, or a
+llama.cpp server given the rendered text) — `RenderedPrompt.bos` says when that would happen.
+
+Imports: model, errors, facts, vocab, sandbox, turns, analysis, probe (the tokenizer comes from the
+vocabulary, i.e. the `tokenizers` library). Never transformers or torch: this is the static path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from stopdoctor.core.errors import InputError, TemplateError
+from stopdoctor.facts.model_facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
+from stopdoctor.core.types import ChatTemplate, Location
+from stopdoctor.facts.vocab import lone_surrogate
+
+# Used when the user gives no messages (the CLI says so on stderr).
+SAMPLE_CONVERSATION: list[dict[str, str]] = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+# A template line quoted in an error message is cut to this many characters.
+_QUOTED_LINE_CHARS = 100
+# Stop strings are markers of a few characters; each is encoded in a dozen contexts.
+MAX_STOP_CHARS = 4096
+MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs: messages, tools, templates
+# --------------------------------------------------------------------------------------------
+
+
+def _conversation(value: Any, where: str) -> list[dict]:
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        value = value["messages"]
+    if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
+        raise InputError(
+            f"{where}: expected a non-empty list of messages ({{\"role\": ..., \"content\": ...}})",
+            hint='e.g. [{"role": "user", "content": "Hi"}]',
+        )
+    return value
+
+
+def load_conversations(path: str | Path) -> list[list[dict]]:
+    """Read messages: a JSON list of messages (one conversation), a JSON list of such lists, an
+    object with "messages", or JSONL with one conversation (list or {"messages": [...]}) a line."""
+    path = Path(path)
+    text = load_text(path, path.name, max_bytes=MAX_JSON_BYTES)
+    try:
+        data = parse_json(text, path.name, hint=None)
+    except InputError as error:
+        if not isinstance(error.__cause__, json.JSONDecodeError):
+            raise
+        conversations = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {number}"
+            try:
+                item = parse_json(line, where, hint=None)
+            except InputError as line_error:
+                if isinstance(line_error.__cause__, json.JSONDecodeError):
+                    raise InputError(
+                        f"{path.name}: line {number} is not JSON: {line_error.__cause__.msg}",
+                        hint="give a JSON list of messages, or JSONL with one conversation a line",
+                    ) from line_error
+                raise
+            conversations.append(_conversation(item, where))
+        if not conversations:
+            raise InputError(f"{path.name}: holds no conversation") from None
+        return conversations
+    if isinstance(data, list) and data and all(isinstance(item, (list, dict)) for item in data) and all(
+        isinstance(item, list) or "messages" in item for item in data
+    ):
+        return [_conversation(item, f"{path.name} item {i}") for i, item in enumerate(data)]
+    return [_conversation(data, path.name)]
+
+
+def load_tools(path: str | Path) -> list[dict]:
+    """A JSON list of tool schemas (or one schema)."""
+    path = Path(path)
+    data = load_json(path, path.name)
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(tool, dict) for tool in data):
+        raise InputError(f"{path.name}: expected a JSON list of tool schemas")
+    return data
+
+
+def special_token_map(facts: ModelFacts) -> dict[str, str]:
+    """The named special tokens a template sees (`bos_token`, `eos_token`, ...)."""
+    return facts.special_token_texts()
+
+
+def select_template(facts: ModelFacts, template: str | None = None, tools: list[dict] | None = None) -> ChatTemplate:
+    """The template transformers' `get_chat_template` would pick: a named one, the `tool_use`
+    template when tools are given, else the default. `template` may also be a file (a .jinja
+    text, or a JSON file with a "chat_template" key such as tokenizer_config.json)."""
+    names = {t.name: t for t in reversed(facts.templates)}  # first of each name wins
+    if template is None:
+        if tools is not None and "tool_use" in names:
+            return names["tool_use"]
+        if facts.template is None:
+            raise InputError(
+                f"{facts.source.spec}: has no chat template",
+                hint="pass one with --template FILE; a base model has no chat format",
+            )
+        return facts.template
+    if template in names:
+        return names[template]
+    path = Path(template).expanduser()
+    if path.is_file():
+        return template_from_file(path)
+    known = ", ".join(sorted(names)) or "none"
+    raise InputError(
+        f"--template {template}: not a template name of this model nor a file",
+        hint=f"named templates here: {known}",
+    )
+
+
+def template_from_file(path: Path) -> ChatTemplate:
+    if path.suffix.lower() == ".json":
+        data = load_json(path, path.name)
+        value = data.get("chat_template") if isinstance(data, dict) else None
+        if isinstance(value, list):
+            value = next((e.get("template") for e in value if isinstance(e, dict) and e.get("name") == "default"), None)
+        if not isinstance(value, str):
+            raise InputError(f"{path.name}: has no chat_template string")
+        return ChatTemplate(path.stem, value, Location(path.name, "chat_template"))
+    return ChatTemplate(path.stem, load_text(path, path.name), Location(str(path)))
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+class PromptToken(NamedTuple):
+    """One token of a rendered prompt. A tuple, not a dataclass: a 2M-character prompt can have
+    over a million of them, and a tuple is built several times faster."""
+
+    index: int
+    id: int
+    text: str  # the decoded piece (what the token writes), not the vocabulary form
+    special: bool
+    start: int  # character span in the rendered text
+    end: int
+
+
+@dataclass(frozen=True)
+class SpecialSpan:
+    start: int
+    end: int
+    text: str
+    id: int | None
+
+
+@dataclass(frozen=True)
+class BosReport:
+    token: str | None
+    written_by_template: bool
+    tokenizer_adds_bos: bool | None
+    note: str | None  # set when re-encoding the text with special tokens would double BOS
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """One conversation rendered as transformers' apply_chat_template would render it."""
+
+    model: str
+    template: ChatTemplate
+    messages: list[dict]
+    add_generation_prompt: bool
+    continue_final_message: bool
+    text: str
+    ids: list[int] | None  # None when the model has no tokenizer to encode with
+    tokens: Sequence[PromptToken]  # a PromptTokens when encoded
+    special_spans: list[SpecialSpan]
+    bos: BosReport
+    notes: list[str] = field(default_factory=list)
+
+
+def _quote_line(source: str, line: int | None) -> str | None:
+    if not line:
+        return None
+    lines = source.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    text = lines[line - 1].strip()
+    return text if len(text) <= _QUOTED_LINE_CHARS else text[: _QUOTED_LINE_CHARS - 1] + "…"
+
+
+def _with_template_line(error: TemplateError, template: ChatTemplate) -> TemplateError:
+    """The same error, its message quoting the template line that failed and naming the file."""
+    quoted = _quote_line(template.source, error.line)
+    message = f"{error.message} [{template.location}]"
+    if quoted:
+        message += f": {quoted}"
+    return type(error)(message, error.hint, error.line)
+
+
+def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
+                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
+    from stopdoctor.template.sandbox import render_chat
+
+    try:
+        return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message, tools=tools,
+                           special_tokens=special_tokens)
+    except TemplateError as error:
+        raise _with_template_line(error, template) from error
+
+
+def _has_tokenizer(facts: ModelFacts) -> bool:
+    return facts.vocab.tokenizer_file is not None or facts.vocab.gguf_header is not None
+
+
+def _spans_by_text(text: str, specials: Sequence[str]) -> list[SpecialSpan]:
+    """Special-token spans found by text, longest token first, for models without a tokenizer."""
+    ordered = sorted({s for s in specials if s}, key=len, reverse=True)
+    spans: list[SpecialSpan] = []
+    i = 0
+    while i < len(text):
+        hit = next((s for s in ordered if text.startswith(s, i)), None)
+        if hit is None:
+            i += 1
+            continue
+        spans.append(SpecialSpan(i, i + len(hit), hit, None))
+        i += len(hit)
+    return spans
+
+
+def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], Sequence[PromptToken]]:
+    """Encode as apply_chat_template(tokenize=True) does: add_special_tokens=False."""
+    tokenizer = facts.vocab.tokenizer()
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    added = tokenizer.get_added_tokens_decoder()
+    ids = encoding.ids
+    # (piece, special) per distinct id: a long prompt repeats ids, and each decode is a call into Rust
+    known: dict[int, tuple[str, bool]] = {}
+    for token_id in set(ids):
+        entry = added.get(token_id)
+        special = bool(entry is not None and entry.special) or facts.vocab.is_special(token_id)
+        piece = entry.content if entry is not None else tokenizer.decode([token_id], skip_special_tokens=False)
+        known[token_id] = (piece, special)
+    spans = array("q", (offset for span in encoding.offsets for offset in span))
+    return list(ids), PromptTokens(ids, spans, known)
+
+
+class PromptTokens(Sequence[PromptToken]):
+    """The tokens of a prompt, each built when asked for: a 2M-character prompt can have over a
+    million, and a list of them would take ~400 MB; this keeps ids, spans and one entry per distinct id."""
+
+    def __init__(self, ids: list[int], spans: array, known: dict[int, tuple[str, bool]]) -> None:
+        self._ids = ids
+        self._spans = spans  # start, end of each token, flattened
+        self._known = known
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        token_id = self._ids[index]
+        piece, special = self._known[token_id]
+        return PromptToken(index, token_id, piece, special, self._spans[2 * index], self._spans[2 * index + 1])
+
+    def __iter__(self) -> Iterator[PromptToken]:
+        known, spans = self._known, self._spans
+        for index, token_id in enumerate(self._ids):
+            piece, special = known[token_id]
+            yield PromptToken(index, token_id, piece, special, spans[2 * index], spans[2 * index + 1])
+
+    def special(self) -> Iterator[PromptToken]:
+        """Only the special tokens (without building the others)."""
+        for index, token_id in enumerate(self._ids):
+            if self._known[token_id][1]:
+                yield self[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<PromptTokens: {len(self)} tokens>"
+
+
+def _bos_report(facts: ModelFacts, text: str, special_tokens: dict[str, str]) -> BosReport:
+    bos = special_tokens.get("bos_token")
+    written = bool(bos) and text.startswith(bos)
+    adds = facts.add_bos.value if facts.add_bos is not None else None
+    note = None
+    if written and adds:
+        where = facts.add_bos.location if facts.add_bos is not None else "the tokenizer"
+        note = (
+            f"the template writes {bos} and the tokenizer adds BOS ({where}): these ids (add_special_tokens=False, "
+            "as apply_chat_template) hold one BOS, but encoding this text again with special tokens on "
+            "(tokenizer(text), a llama.cpp server given the text) starts with two"
+        )
+    return BosReport(bos, written, adds, note)
+
+
+def render_prompt(
+    facts: ModelFacts,
+    messages: list[dict],
+    *,
+    template: ChatTemplate | None = None,
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+    tokenize: bool = True,
+) -> RenderedPrompt:
+    """Render `messages` with the model's template (or `template`), and encode the text."""
+    chosen = template or select_template(facts, None, tools)
+    specials = special_token_map(facts)
+    if continue_final_message:
+        add_generation_prompt = False  # transformers refuses both; continuing wins
+    text = _render_text(chosen, messages, specials, add_generation_prompt=add_generation_prompt,
+                        continue_final_message=continue_final_message, tools=tools)
+    notes: list[str] = []
+    ids: list[int] | None = None
+    tokens: Sequence[PromptToken] = []
+    if tokenize and _has_tokenizer(facts):
+        ids, tokens = encode_prompt(facts, text)
+        spans = [SpecialSpan(t.start, t.end, text[t.start:t.end], t.id) for t in tokens.special()]
+    else:
+        if tokenize:
+            notes.append("no tokenizer.json (nor GGUF vocabulary): token ids are not shown")
+        spans = _spans_by_text(text, [*facts.vocab.special_tokens, *specials.values()])
+    return RenderedPrompt(
+        model=facts.source.spec,
+        template=chosen,
+        messages=messages,
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
+        text=text,
+        ids=ids,
+        tokens=tokens,
+        special_spans=spans,
+        bos=_bos_report(facts, text, specials),
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing two templates on the same messages
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptComparison:
+    left: RenderedPrompt
+    right: RenderedPrompt
+    left_label: str
+    right_label: str
+    diff: list[str]  # unified diff of the texts, newlines shown as \n
+    left_end_of_turn: list[str] | None  # None when it could not be determined
+    right_end_of_turn: list[str] | None
+    end_of_turn_error: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.left.text == self.right.text
+
+    @property
+    def ids_identical(self) -> bool | None:
+        if self.left.ids is None or self.right.ids is None:
+            return None
+        return self.left.ids == self.right.ids
+
+    @property
+    def end_of_turn_differs(self) -> bool | None:
+        if self.left_end_of_turn is None or self.right_end_of_turn is None:
+            return None
+        return self.left_end_of_turn != self.right_end_of_turn
+
+
+def visible_lines(text: str) -> list[str]:
+    """Lines with their newline shown as a trailing `\\n` (the last line has none)."""
+    parts = text.split("\n")
+    return [p + "\\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def end_of_turn_texts(facts: ModelFacts, template: ChatTemplate) -> list[str]:
+    from stopdoctor.template.turns import find_end_of_turn
+
+    try:
+        markers = find_end_of_turn(template.source, special_token_map(facts), list(facts.vocab.special_tokens))
+    except TemplateError as error:
+        raise _with_template_line(error, template) from error
+    return [m.text + m.trailing for m in markers]
+
+
+def compare_prompts(
+    left_facts: ModelFacts,
+    left: RenderedPrompt,
+    right_facts: ModelFacts,
+    right: RenderedPrompt,
+    left_label: str,
+    right_label: str,
+) -> PromptComparison:
+    diff = list(difflib.unified_diff(visible_lines(left.text), visible_lines(right.text),
+                                     fromfile=left_label, tofile=right_label, lineterm="", n=2))
+    error = None
+    try:
+        left_eot: list[str] | None = end_of_turn_texts(left_facts, left.template)
+        right_eot: list[str] | None = end_of_turn_texts(right_facts, right.template)
+    except TemplateError as exc:
+        left_eot = right_eot = None
+        error = exc.message
+    return PromptComparison(left, right, left_label, right_label, diff, left_eot, right_eot, error)
+
+
+# --------------------------------------------------------------------------------------------
+# probe-stop with the model's turn structure
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextResult:
+    probe: Any  # stopdoctor.analysis.probe.ContextProbe
+    id_match_fires: bool  # the standalone ids occur in encode(context + stop)
+    pieces: list[str]  # decoded text of each covering id
+
+
+@dataclass(frozen=True)
+class StopReport:
+    probe: Any  # stopdoctor.analysis.probe.StopProbe
+    contexts: list[ContextResult]
+    standalone_pieces: list[str]
+
+    @property
+    def misses(self) -> int:
+        return sum(not c.id_match_fires for c in self.contexts)
+
+    @property
+    def failed(self) -> bool:
+        """What --fail-on-miss fails on: an id match would miss, or the stop fires in answers."""
+        return self.misses > 0 or bool(self.probe.false_positives)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    model: str
+    stops: list[StopReport]
+    turn_endings: list[str]
+    user_header: str | None
+    corpus_files: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(s.failed for s in self.stops)
+
+
+def template_stop_candidates(user_header: str, special_texts: Sequence[str]) -> list[str]:
+    """Stop strings a template suggests: its user-turn header, the header as a decoder that
+    skips special tokens shows it, and that form anchored to a line start."""
+    out = [user_header]
+    stripped = user_header
+    for special in sorted({s for s in special_texts if s}, key=len, reverse=True):
+        stripped = stripped.replace(special, "")
+    if stripped.strip() and stripped != user_header:
+        out.append(stripped)
+        if not stripped.startswith("\n"):
+            out.append("\n" + stripped)
+    return out
+
+
+def probe_model(
+    facts: ModelFacts,
+    stops: Sequence[str],
+    *,
+    from_template: bool = False,
+    corpus: Sequence[tuple[str, str]] = (),
+    corpus_files: Sequence[str] = (),
+) -> ProbeReport:
+    """Probe `stops` with the model's tokenizer after the default contexts and the template's
+    own turn endings; with `from_template`, also the stop strings its user header suggests.
+    `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
+    from stopdoctor.analysis.core import analyze
+    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, contains_run, probe_stop
+
+    tokenizer = facts.vocab.tokenizer()
+    notes: list[str] = []
+    turn_endings: list[str] = []
+    user_header: str | None = None
+    if facts.template is not None:
+        try:
+            analysis = analyze(facts)
+        except TemplateError as error:
+            if from_template:
+                raise _with_template_line(error, facts.template) from error
+            notes.append(f"template turn endings not probed: {error.message}")
+        else:
+            turn_endings = list(dict.fromkeys(e.text + "\n" for e in analysis.end_of_turn))
+            user_header = analysis.turn_headers.get("user") or None
+    elif from_template:
+        raise InputError(f"{facts.source.spec}: has no chat template to derive stop strings from",
+                         hint="give the stop strings as arguments")
+    candidates = list(stops)
+    if from_template:
+        if not user_header:
+            raise TemplateError("the chat template has no user-turn header to derive stop strings from",
+                                "give the stop strings as arguments")
+        candidates += template_stop_candidates(user_header, [*facts.vocab.special_tokens, *special_token_map(facts).values()])
+    candidates = list(dict.fromkeys(candidates))
+    if not candidates:
+        raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
+    if any(not s for s in candidates):
+        raise InputError("an empty stop string cannot be probed")
+    for stop in candidates:
+        if (char := lone_surrogate(stop)) is not None:
+            shown = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"\\u{ord(char):04x}"
+            try:  # the bytes as given: surrogateescape undoes how Python decoded argv
+                given = stop.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a lone surrogate that no byte made (a \ud800 escape)
+                given = stop.encode("utf-8", "backslashreplace")
+            raise InputError(f"stop string \"{given.decode('utf-8', 'backslashreplace')[:60]}\" is not UTF-8 text ({shown})",
+                             hint="give the stop as UTF-8 text; the tokenizer cannot encode anything else")
+        if len(stop) > MAX_STOP_CHARS:
+            raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
+                             hint="stop strings are short markers such as '\\nUser:'")
+
+    probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
+                        turn_endings=turn_endings, user_header=user_header)
+
+    def pieces(ids: Sequence[int]) -> list[str]:
+        return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+
+    reports = []
+    for probe in probes:
+        contexts = []
+        for ctx in probe.contexts:
+            full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
+            contexts.append(ContextResult(ctx, contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
+        reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
+    return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
+
+
+def read_corpus(path: str | Path) -> tuple[str, str]:
+    """A plain-text file of answers, searched as one sample (so stops that span blank lines are
+    found too); each match is listed with its offset and an excerpt."""
+    path = Path(path)
+    return (path.name, load_text(path, path.name, max_bytes=MAX_CORPUS_BYTES))
+
+
+def parse_escapes(text: str) -> str:
+    r"""Shell arguments cannot hold a newline easily: `\n`, `\t`, `\r` and `\\` are read as escapes."""
+    out = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text) and text[i + 1] in "ntr\\":
+            out.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[text[i + 1]])
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+__all__ = [
+    "SAMPLE_CONVERSATION",
+    "BosReport",
+    "PromptComparison",
+    "PromptToken",
+    "ProbeReport",
+    "RenderedPrompt",
+    "SpecialSpan",
+    "StopReport",
+    "compare_prompts",
+    "encode_prompt",
+    "load_conversations",
+    "load_tools",
+    "parse_escapes",
+    "probe_model",
+    "read_corpus",
+    "render_prompt",
+    "select_template",
+    "special_token_map",
+    "template_stop_candidates",
+]

@@ -1,0 +1,301 @@
+"""What a finished generation says about stopping: the diagnosis no runtime gives.
+
+Given the ids a model generated (or only the text a server returned), find the first token that
+should have ended the turn but was not a stop id (`should_have_stopped`), what would have happened
+with it in the stop set (`Counterfactual`), and whether the model went on to write the next
+user/system turn itself (`HallucinatedTurn`). Also holds the plain data every generation result is
+made of (`Step`, `StopCause`, `Generation`) and the exit-code rule for `stopdoctor generate`.
+
+Pure analysis: imports model, runtimes and analysis only; never torch or transformers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.errors import EXIT_FINDINGS, EXIT_OK
+from stopdoctor.core.types import Location
+from stopdoctor.runtimes.stops import tokenizer_eos
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token: `text` is what it added to the decoded text (specials visible)."""
+
+    step: int
+    id: int
+    text: str
+    special: bool
+
+
+@dataclass(frozen=True)
+class StopCause:
+    """Why generation ended. kind: eos | stop_id | stop_string | length | unreported (a server
+    said "stop" without saying on what; `text` lists what could have ended it)."""
+
+    kind: str
+    id: int | None = None
+    text: str | None = None
+    location: Location | None = None  # the file that declared the stop id
+    stop_string: str | None = None
+    step: int | None = None  # the token step that stopped it (for a stop string: whose text completed it)
+
+    @property
+    def finish_reason(self) -> str:
+        return FINISH_LENGTH if self.kind == "length" else FINISH_STOP
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation, by any engine. `steps` is empty when the engine does not expose ids (a server)."""
+
+    finish_reason: str
+    cause: StopCause
+    text: str  # the reported text: special tokens visible, no stop string, no stop token
+    steps: tuple[Step, ...] = ()
+    prompt: str = ""
+    prompt_tokens: int | None = None
+    server: dict[str, Any] | None = None  # what a server returned, as it returned it
+
+    @property
+    def tokens(self) -> list[int]:
+        return [s.id for s in self.steps]
+
+
+@dataclass(frozen=True)
+class TurnEnder:
+    """A token that ends an assistant turn, and who says so."""
+
+    id: int
+    text: str | None
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShouldHaveStopped:
+    id: int
+    text: str | None
+    step: int | None  # None when found in server text, where steps are unknown
+    reasons: tuple[str, ...]
+    offset: int | None = None  # where its text starts in the generated text
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """With `stop_ids`, generation would have ended at `step` (finish_reason stop), saving `wasted` tokens."""
+
+    stop_ids: tuple[int, ...]
+    step: int
+    wasted: int
+
+
+@dataclass(frozen=True)
+class HallucinatedTurn:
+    step: int | None
+    role: str
+    evidence: str  # the text that opens the turn, as generated
+    offset: int  # where that text starts in the generated text
+    source: str  # "template header" | "role word on its own line" | "role label"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    should_have_stopped: ShouldHaveStopped | None
+    counterfactual: Counterfactual | None
+    hallucinated_turn: HallucinatedTurn | None
+    turns: tuple[HallucinatedTurn, ...] = field(default_factory=tuple)
+
+    @property
+    def runaway_signs(self) -> bool:
+        return self.should_have_stopped is not None or self.hallucinated_turn is not None
+
+
+# --------------------------------------------------------------------------------------------
+# What should end a turn
+# --------------------------------------------------------------------------------------------
+
+
+def turn_enders(analysis: Analysis) -> dict[int, TurnEnder]:
+    """Every id that should end an assistant turn: the template's single-special end-of-turn
+    markers, the tokenizer's eos, and any runtime's stop ids (if one runtime stops there, the
+    model was meant to stop there), less those the safe-stop rule refuses."""
+    found: dict[int, tuple[str | None, list[str]]] = {}
+
+    def add(token_id: int, text: str | None, reason: str) -> None:
+        entry = found.setdefault(token_id, (text, []))
+        if text is not None and entry[0] is None:
+            found[token_id] = (text, entry[1])
+        if reason not in found[token_id][1]:
+            found[token_id][1].append(reason)
+
+    for marker in analysis.end_of_turn:
+        if marker.single_special:
+            add(marker.ids[0], marker.text, f"chat template ({marker.template}) ends assistant turns with it")
+    for declared in tokenizer_eos(analysis.facts):
+        add(declared.id, declared.text or analysis.facts.vocab.text_of(declared.id), f"tokenizer eos ({declared.location})")
+    for stops in analysis.stops:
+        for stop in stops.stops:
+            add(stop.id, stop.text or analysis.facts.vocab.text_of(stop.id), f"{stops.runtime} stops on it ({stop.location})")
+    # the safe-stop rule: a whitespace token, a turn header or a token written inside a turn never
+    # "should have stopped" generation, whichever runtime lists it
+    return {i: TurnEnder(i, text, tuple(reasons)) for i, (text, reasons) in found.items()
+            if analysis.stop_hazard(i) is None}
+
+
+def turn_headers(analysis: Analysis) -> dict[str, str]:
+    """The headers whose appearance in generated text means a new non-assistant turn."""
+    return {role: text for role, text in analysis.turn_headers.items()
+            if role in ("user", "system") and re.search(r"\w", text)}
+
+
+# --------------------------------------------------------------------------------------------
+# The diagnosis
+# --------------------------------------------------------------------------------------------
+
+
+def should_have_stopped(steps: Sequence[Step], enders: Mapping[int, TurnEnder],
+                        stop_ids: Iterable[int]) -> ShouldHaveStopped | None:
+    """The first generated token that ends a turn but is not in the stop set."""
+    stop_set = set(stop_ids)
+    for step in steps:
+        ender = enders.get(step.id)
+        if ender is not None and step.id not in stop_set:
+            return ShouldHaveStopped(step.id, ender.text, step.step, ender.reasons)
+    return None
+
+
+def should_have_stopped_in_text(text: str, enders: Mapping[int, TurnEnder],
+                                stop_ids: Iterable[int]) -> ShouldHaveStopped | None:
+    """The same for a server's text, where only token texts that survived detokenization show.
+    An ender followed by more text was not stopped on, whatever was asked of the server (it may
+    have refused `stop_token_ids`, or ignore them)."""
+    stop_set = set(stop_ids)
+    best: ShouldHaveStopped | None = None
+    for ender in enders.values():
+        if not ender.text:
+            continue
+        at = text.find(ender.text)
+        if at < 0 or (best is not None and at >= (best.offset or 0)):
+            continue
+        went_on = bool(text[at + len(ender.text):].strip())
+        if ender.id in stop_set and not went_on:
+            continue
+        reasons = ender.reasons + (("it was a requested stop id, yet the server went on past it",) if ender.id in stop_set else ())
+        best = ShouldHaveStopped(ender.id, ender.text, None, reasons, offset=at)
+    return best
+
+
+def counterfactual(generation: Generation, missed: ShouldHaveStopped | None,
+                   stop_ids: Iterable[int]) -> Counterfactual | None:
+    """Only for a generation that ran past the missed token (it is never the last step of one
+    that stopped on it)."""
+    if missed is None or missed.step is None:
+        return None
+    produced = len(generation.steps)
+    return Counterfactual(tuple(sorted(set(stop_ids) | {missed.id})), missed.step, produced - missed.step - 1)
+
+
+# Role labels a plain-text transcript uses; matched at the start of a line only. Weak evidence:
+# answers quote transcripts too, so a label only headlines when the template gives no header.
+_ROLE_LABEL = re.compile(r"(?m)^(User|USER|Human|HUMAN)[ \t]*:")
+_LABEL_ROLE = {"user": "user", "human": "user"}
+_CODE_FENCE = re.compile(r"(?ms)^[ \t]*```.*?(?:^[ \t]*```|\Z)")
+
+
+def _stripped_header(header: str, specials: Iterable[str]) -> str:
+    for special in sorted(specials, key=len, reverse=True):
+        header = header.replace(special, "")
+    return header
+
+
+def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = ()) -> list[HallucinatedTurn]:
+    """Every place in `text` where a user/system turn opens, step unknown (offset only).
+
+    Three kinds of evidence: the template's own header (`<|im_start|>user\\n`); the header with its
+    special tokens stripped, as a server that skips special tokens returns it, on its own line
+    (`\\nuser\\n`); a transcript role label at the start of a line (`User:`).
+    """
+    specials = list(specials)
+    fenced = [(m.start(), m.end()) for m in _CODE_FENCE.finditer(text)]
+
+    def in_code(offset: int) -> bool:
+        return any(start <= offset < end for start, end in fenced)
+
+    found: dict[int, HallucinatedTurn] = {}
+    for role, header in headers.items():
+        for match in re.finditer(re.escape(header), text):
+            found.setdefault(match.start(), HallucinatedTurn(None, role, header, match.start(), "template header"))
+        bare = _stripped_header(header, specials)
+        word = bare.strip()
+        if bare != header and word and re.fullmatch(r"\w+", word):
+            # The bare role word alone on a line: what is left of the header once specials are gone.
+            for match in re.finditer(rf"(?m)^[ \t]*{re.escape(word)}[ \t]*$\n?", text):
+                if in_code(match.start()):
+                    continue
+                if not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
+                    found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(),
+                                                                     "role word on its own line"))
+    for match in _ROLE_LABEL.finditer(text):
+        role = _LABEL_ROLE.get(match.group(1).lower())
+        if role and not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
+            found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(), "role label"))
+    return [found[k] for k in sorted(found)]
+
+
+def step_at(steps: Sequence[Step], offset: int) -> int | None:
+    """The step whose text covers character `offset` of the concatenated step texts."""
+    position = 0
+    for step in steps:
+        position += len(step.text)
+        if offset < position:
+            return step.step
+    return None
+
+
+def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: Iterable[int],
+             headers: Mapping[str, str], specials: Iterable[str] = ()) -> Diagnosis:
+    stop_ids = list(stop_ids)
+    if generation.steps:
+        missed = should_have_stopped(generation.steps, enders, stop_ids)
+        full_text = "".join(s.text for s in generation.steps)
+    else:
+        missed = should_have_stopped_in_text(generation.text, enders, stop_ids)
+        full_text = generation.text
+    # Search everything generated (the stop string/token was the model's too), then keep what
+    # lies in the reported text: a turn header cut off by a stop is the stop doing its job.
+    turns = [t for t in find_turns(full_text, headers, specials) if t.offset < len(generation.text)]
+    if generation.steps:
+        turns = [HallucinatedTurn(step_at(generation.steps, t.offset), t.role, t.evidence, t.offset, t.source)
+                 for t in turns]
+    return Diagnosis(
+        should_have_stopped=missed,
+        counterfactual=counterfactual(generation, missed, stop_ids) if generation.finish_reason == FINISH_LENGTH else None,
+        hallucinated_turn=_headline_turn(turns, weak_allowed=not headers),
+        turns=tuple(turns),
+    )
+
+
+def _headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
+    """The first user turn: the model speaking for the user is the unmistakable runaway sign
+    (an empty system turn often comes first, as with SmolLM2); else the first turn of any role.
+    Transcript labels ("User:") count only when the template offers no header to look for."""
+    strong = [t for t in turns if weak_allowed or t.source != "role label"]
+    return next((t for t in strong if t.role == "user"), strong[0] if strong else None)
+
+
+def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:
+    """1 on a runaway: the model wrote the next turn itself (even when something later stopped it),
+    or it ran to the budget after a token that should have ended its turn. 0 when it stopped in
+    time (a stop string that cut the next turn off did its job), and for a plain length."""
+    if diagnosis.hallucinated_turn is not None:
+        return EXIT_FINDINGS
+    if generation.finish_reason == FINISH_LENGTH and diagnosis.runaway_signs:
+        return EXIT_FINDINGS
+    return EXIT_OK

@@ -1,0 +1,653 @@
+"""Read a GGUF file's header (its metadata key/values) without touching tensor data.
+
+`read_header(path)` maps the file and walks only the key/value section: numeric arrays become
+zero-copy numpy views, string arrays are decoded in bulk (lazily for big ones such as merges).
+`gguf.GGUFReader` is not used: it builds one Python object per array element, which takes ~10 s and
+~700 MiB for Gemma's 262k-token vocabulary; this reader takes a fraction of a second.
+
+`header_to_tokenizer(header)` builds the `tokenizers.Tokenizer` transformers builds from the same
+file; it imports transformers lazily and is for render/probe-stop, never for inspect.
+
+Imports: numpy, stopdoctor.core.errors, stopdoctor.core.types. Not `gguf` (its import costs ~70 ms, more than
+this whole reader's own work on a small model) and not torch.
+"""
+
+from __future__ import annotations
+
+import mmap
+import stat
+import struct
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from itertools import accumulate, repeat
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stopdoctor.core.errors import InputError
+from stopdoctor.core.types import Token
+
+if TYPE_CHECKING:
+    import tokenizers
+
+# --- The few gguf constants we need, copied so that `import gguf` stays off the static path. ---------
+# gguf.constants.GGUF_MAGIC is 0x46554747, written little-endian: the bytes b"GGUF".
+GGUF_MAGIC = b"GGUF"
+# v1 counted in 32 bits and is long gone; llama.cpp and gguf-py read v2 and v3 (gguf.constants.GGUF_VERSION).
+SUPPORTED_VERSIONS = (2, 3)
+
+
+class GGUFValueType(IntEnum):
+    """Mirrors gguf.constants.GGUFValueType."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# Fixed-size types: (struct format for one scalar, numpy dtype for an array of them).
+_FIXED: dict[int, tuple[struct.Struct, np.dtype]] = {
+    GGUFValueType.UINT8: (struct.Struct("<B"), np.dtype("<u1")),
+    GGUFValueType.INT8: (struct.Struct("<b"), np.dtype("<i1")),
+    GGUFValueType.UINT16: (struct.Struct("<H"), np.dtype("<u2")),
+    GGUFValueType.INT16: (struct.Struct("<h"), np.dtype("<i2")),
+    GGUFValueType.UINT32: (struct.Struct("<I"), np.dtype("<u4")),
+    GGUFValueType.INT32: (struct.Struct("<i"), np.dtype("<i4")),
+    GGUFValueType.FLOAT32: (struct.Struct("<f"), np.dtype("<f4")),
+    GGUFValueType.BOOL: (struct.Struct("<?"), np.dtype("?")),
+    GGUFValueType.UINT64: (struct.Struct("<Q"), np.dtype("<u8")),
+    GGUFValueType.INT64: (struct.Struct("<q"), np.dtype("<i8")),
+    GGUFValueType.FLOAT64: (struct.Struct("<d"), np.dtype("<f8")),
+}
+
+
+class Keys:
+    """The metadata keys we read; names mirror gguf.constants.Keys.General / Keys.Tokenizer."""
+
+    ARCHITECTURE = "general.architecture"  # Keys.General.ARCHITECTURE
+    NAME = "general.name"  # Keys.General.NAME
+    FINETUNE = "general.finetune"  # Keys.General.FINETUNE
+    ALIGNMENT = "general.alignment"  # Keys.General.ALIGNMENT
+    MODEL = "tokenizer.ggml.model"  # Keys.Tokenizer.MODEL
+    PRE = "tokenizer.ggml.pre"  # Keys.Tokenizer.PRE
+    LIST = "tokenizer.ggml.tokens"  # Keys.Tokenizer.LIST
+    TOKEN_TYPE = "tokenizer.ggml.token_type"  # Keys.Tokenizer.TOKEN_TYPE
+    SCORES = "tokenizer.ggml.scores"  # Keys.Tokenizer.SCORES
+    MERGES = "tokenizer.ggml.merges"  # Keys.Tokenizer.MERGES
+    BOS_ID = "tokenizer.ggml.bos_token_id"  # Keys.Tokenizer.BOS_ID
+    EOS_ID = "tokenizer.ggml.eos_token_id"  # Keys.Tokenizer.EOS_ID
+    EOT_ID = "tokenizer.ggml.eot_token_id"  # Keys.Tokenizer.EOT_ID
+    EOM_ID = "tokenizer.ggml.eom_token_id"  # Keys.Tokenizer.EOM_ID
+    UNK_ID = "tokenizer.ggml.unknown_token_id"  # Keys.Tokenizer.UNK_ID
+    PAD_ID = "tokenizer.ggml.padding_token_id"  # Keys.Tokenizer.PAD_ID
+    ADD_BOS = "tokenizer.ggml.add_bos_token"  # Keys.Tokenizer.ADD_BOS
+    ADD_EOS = "tokenizer.ggml.add_eos_token"  # Keys.Tokenizer.ADD_EOS
+    CHAT_TEMPLATE = "tokenizer.chat_template"  # Keys.Tokenizer.CHAT_TEMPLATE
+    CHAT_TEMPLATE_N = "tokenizer.chat_template.{name}"  # Keys.Tokenizer.CHAT_TEMPLATE_N
+    CHAT_TEMPLATES = "tokenizer.chat_templates"  # Keys.Tokenizer.CHAT_TEMPLATES
+
+
+class TokenType(IntEnum):
+    """Mirrors gguf.constants.TokenType (llama.cpp's llama_token_type)."""
+
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key/value count
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_ARRAY_HEAD = struct.Struct("<IQ")  # element type, element count
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_TENSOR_NAME = 4096  # llama.cpp's names are under 64 bytes (GGML_MAX_NAME); a corrupt one is not
+# ggml type -> (elements per block, bytes per block) for the common types (ggml.c type_traits);
+# data of a type not listed is only checked to start inside the file.
+_TYPE_SIZES: dict[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
+}
+_MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
+# The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
+_MAX_STRINGS = 4_000_000
+_EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once, bigger ones on first use
+_SEPARATOR = "\x00" * 8  # see _decode_strings
+
+
+class LazyStrings(Sequence[str]):
+    """A GGUF string array (a vocabulary, a merge table) decoded on first access.
+
+    Reading the header only has to find where the array ends; decoding 100k+ strings is deferred
+    until someone asks for them, then done once in bulk.
+    """
+
+    def __init__(self, buffer: mmap.mmap, starts: np.ndarray, end: int, key: str) -> None:
+        self._buffer = buffer
+        self._starts = starts  # offset of each string's 8-byte length prefix
+        self._end = end
+        self._key = key
+        self._items: list[str] | None = None
+
+    def to_list(self) -> list[str]:
+        if self._items is None:
+            self._items = _decode_strings(self._buffer, self._starts, self._end)
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if self._items is None and isinstance(index, int):
+            # One string (an eos token's text, say) does not need the whole array decoded.
+            start = int(self._starts[index])
+            (length,) = _U64.unpack_from(self._buffer, start)
+            return self._buffer[start + 8 : start + 8 + length].decode("utf-8", "replace")
+        return self.to_list()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_list())
+
+    def last_indices(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → the last index whose string is exactly it (llama.cpp's token_to_id keeps the
+        last). Only strings of a wanted byte length and first byte are decoded: a few lookups
+        in a 262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
+        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t}
+        if not wanted or not len(self._starts):
+            return {}
+        if self._items is not None:
+            texts = set(wanted.values())
+            return {item: i for i, item in enumerate(self._items) if item in texts}
+        data = np.frombuffer(self._buffer, dtype=np.uint8)
+        starts = self._starts.astype(np.int64)
+        lengths = np.append(starts[1:], self._end) - starts - 8
+        firsts = data[np.minimum(starts + 8, len(data) - 1)]
+        mask = (np.isin(lengths, sorted({len(raw) for raw in wanted}))
+                & np.isin(firsts, np.array(sorted({raw[0] for raw in wanted}), dtype=np.uint8)))
+        found: dict[str, int] = {}
+        for index in np.flatnonzero(mask).tolist():
+            start = int(starts[index]) + 8
+            raw = self._buffer[start: start + int(lengths[index])]
+            if raw in wanted:
+                found[wanted[raw]] = index
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyStrings):
+            other = other.to_list()
+        return isinstance(other, (list, tuple)) and self.to_list() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<LazyStrings {self._key}: {len(self)} strings>"
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """A GGUF file's header. `metadata` holds every key: scalars as Python values, numeric arrays as
+    (read-only, zero-copy) numpy arrays, string arrays as list[str] or a `LazyStrings`."""
+
+    path: Path
+    version: int
+    tensor_count: int
+    metadata: Mapping[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def _str(self, key: str) -> str | None:
+        value = self.metadata.get(key)
+        return value if isinstance(value, str) else None
+
+    def _id(self, key: str) -> int | None:
+        value = self.metadata.get(key)
+        # bool is an int subclass; a token id stored as bool is a corrupt file, not id 0/1.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return None
+
+    def _flag(self, key: str) -> bool | None:
+        value = self.metadata.get(key)
+        return value if isinstance(value, bool) else None
+
+    @property
+    def name(self) -> str | None:
+        return self._str(Keys.NAME)
+
+    @property
+    def finetune(self) -> str | None:
+        return self._str(Keys.FINETUNE)
+
+    @property
+    def architecture(self) -> str | None:
+        return self._str(Keys.ARCHITECTURE)
+
+    @property
+    def tokenizer_model(self) -> str | None:
+        """tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece), "t5", ..."""
+        return self._str(Keys.MODEL)
+
+    @property
+    def tokens(self) -> list[str] | None:
+        value = self.metadata.get(Keys.LIST)
+        if isinstance(value, LazyStrings):
+            return value.to_list()
+        return value if isinstance(value, list) else None
+
+    @property
+    def token_types(self) -> np.ndarray | None:
+        value = self.metadata.get(Keys.TOKEN_TYPE)
+        return value if isinstance(value, np.ndarray) else None
+
+    def token(self, token_id: int) -> Token | None:
+        """The token with this id; `special` is llama.cpp's CONTROL type (user-defined tokens such
+        as `<think>` are matched whole but are not special, as in transformers)."""
+        tokens = self.tokens
+        if tokens is None or not 0 <= token_id < len(tokens):
+            return None
+        types = self.token_types
+        special = types is not None and token_id < len(types) and int(types[token_id]) == TokenType.CONTROL
+        return Token(token_id, tokens[token_id], special)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._str(Keys.CHAT_TEMPLATE)
+
+    @property
+    def named_chat_templates(self) -> dict[str, str]:
+        """Named templates (e.g. "tool_use"): llama.cpp writes each to tokenizer.chat_template.<name>
+        and lists the names in tokenizer.chat_templates."""
+        prefix = Keys.CHAT_TEMPLATE + "."
+        named = {
+            key[len(prefix) :]: value
+            for key, value in self.metadata.items()
+            if key.startswith(prefix) and isinstance(value, str)
+        }
+        listed = self.metadata.get(Keys.CHAT_TEMPLATES)
+        if isinstance(listed, (list, LazyStrings)):
+            for name in listed:
+                value = self.metadata.get(Keys.CHAT_TEMPLATE_N.format(name=name))
+                if isinstance(value, str):
+                    named[name] = value
+        return named
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._id(Keys.BOS_ID)
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._id(Keys.EOS_ID)
+
+    @property
+    def pad_id(self) -> int | None:
+        return self._id(Keys.PAD_ID)
+
+    @property
+    def eot_id(self) -> int | None:
+        return self._id(Keys.EOT_ID)
+
+    @property
+    def eom_id(self) -> int | None:
+        return self._id(Keys.EOM_ID)
+
+    @property
+    def unk_id(self) -> int | None:
+        return self._id(Keys.UNK_ID)
+
+    @property
+    def add_bos(self) -> bool | None:
+        return self._flag(Keys.ADD_BOS)
+
+    @property
+    def add_eos(self) -> bool | None:
+        return self._flag(Keys.ADD_EOS)
+
+
+def read_header(path: str | Path) -> GGUFHeader:
+    """Parse the header of the GGUF file at `path`; raise InputError if it is not a readable GGUF."""
+    path = Path(path)
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a named pipe would block, a device never end
+            raise InputError(f"{path}: cannot read the file (not a regular file but a folder, pipe or device).")
+        with open(path, "rb") as file:
+            size = file.seek(0, 2)
+            if size == 0:
+                raise InputError(f"{path}: the file is empty, not a GGUF model.")
+            buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the file ({error.strerror or error}).") from None
+    return _Parser(path, buffer).header()
+
+
+class _Parser:
+    """One pass over the key/value section. Every length is checked against the file size before
+    it is used, so a corrupt file gives one clear InputError and never a huge allocation."""
+
+    def __init__(self, path: Path, buffer: mmap.mmap) -> None:
+        self.path = path
+        self.buffer = buffer
+        self.size = len(buffer)
+        self.pos = 0
+        self.key = "header"  # the key being read, for error messages
+
+    def fail(self, what: str) -> InputError:
+        return InputError(f"{self.path}: {what} (at byte {self.pos}, reading {self.key}).")
+
+    def need(self, count: int, what: str) -> None:
+        """Make sure `count` bytes of `what` are there at the current position."""
+        if count > self.size:
+            raise self.fail(f"corrupt GGUF header: {what} claims {count} bytes, but the file has only {self.size}")
+        if self.pos + count > self.size:
+            raise self.fail(f"truncated GGUF file: the header runs past the end of the file ({what})")
+
+    def header(self) -> GGUFHeader:
+        if self.size < 4 or self.buffer[:4] != GGUF_MAGIC:
+            found = bytes(self.buffer[:4])
+            raise InputError(f"{self.path}: not a GGUF file (starts with {found!r}, expected b'GGUF').")
+        self.need(_HEADER.size, "the fixed header")
+        _, version, tensor_count, kv_count = _HEADER.unpack_from(self.buffer, 0)
+        # A big-endian file has the same magic bytes but its version reads byte-swapped (3 -> 0x03000000).
+        if version not in SUPPORTED_VERSIONS and int.from_bytes(version.to_bytes(4, "little"), "big") in SUPPORTED_VERSIONS:
+            raise InputError(f"{self.path}: big-endian GGUF files are not supported.")
+        if version not in SUPPORTED_VERSIONS:
+            supported = " and ".join(f"v{v}" for v in SUPPORTED_VERSIONS)
+            raise InputError(f"{self.path}: unsupported GGUF version {version} (this reader handles {supported}).")
+        self.pos = _HEADER.size
+        # A key/value takes at least 13 bytes (key length, type, one byte of value); a tensor entry
+        # at least 24 (name length, dimension count, type, offset).
+        if kv_count * 13 > self.size:
+            raise self.fail(f"corrupt GGUF header: {kv_count} metadata entries cannot fit in {self.size} bytes")
+        if tensor_count * 24 > self.size:
+            raise self.fail(f"corrupt GGUF header: {tensor_count} tensors cannot fit in {self.size} bytes")
+        metadata: dict[str, Any] = {}
+        for index in range(kv_count):
+            self.key = f"metadata entry {index}"
+            key = self.string(strict=True, what="a key")
+            # repr, shortened: a corrupt key may hold newlines or run for kilobytes, the message is one line.
+            self.key = repr(key) if len(key) <= 80 else repr(key[:80]) + "..."
+            if key in metadata:
+                raise self.fail(f"corrupt GGUF header: duplicate key {key!r}")
+            metadata[key] = self.value(self.u32("a value type"), depth=0)
+        self.key = "the tensor table"
+        self.need(tensor_count * 24, f"the table of {tensor_count} tensors")
+        self.tensor_table(tensor_count, kv_count, metadata)
+        return GGUFHeader(self.path, version, tensor_count, MappingProxyType(metadata))
+
+    def tensor_table(self, tensor_count: int, kv_count: int, metadata: Mapping[str, Any]) -> None:
+        """Walk the tensor table (name, dimensions, type, offset) and check each tensor's data lies
+        inside the file. llama.cpp refuses a file whose table does not parse or whose data is cut
+        short; a wrong metadata count shows here too, as the table starts at the wrong byte."""
+        miscounted = f"; the header's metadata count ({kv_count}) may be wrong"
+        tensors: list[tuple[str, int, int, int]] = []  # name, type, offset, element count
+        for index in range(tensor_count):
+            self.key = f"tensor {index} of the tensor table"
+            start = self.pos
+            self.need(8, "a tensor name length")
+            (length,) = _U64.unpack_from(self.buffer, self.pos)
+            if length > _MAX_TENSOR_NAME:
+                raise self.fail(f"corrupt GGUF tensor table: a tensor name of {length} bytes{miscounted}")
+            name = self.string(strict=False, what="a tensor name")
+            dims = self.u32("a dimension count")
+            if not 1 <= dims <= _MAX_DIMS:
+                self.pos = start
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has {dims} dimensions "
+                                f"(at most {_MAX_DIMS}){miscounted}")
+            self.need(8 * dims + 12, "a tensor's shape, type and offset")
+            shape = np.frombuffer(self.buffer, dtype="<u8", count=dims, offset=self.pos)
+            self.pos += 8 * dims
+            tensor_type = self.u32("a tensor type")
+            self.need(8, "a tensor offset")
+            (offset,) = _U64.unpack_from(self.buffer, self.pos)
+            self.pos += 8
+            elements = 1
+            for extent in shape.tolist():
+                elements *= extent
+            tensors.append((name, tensor_type, offset, elements))
+        alignment = metadata.get(Keys.ALIGNMENT, 32)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
+        data_start = -(-self.pos // alignment) * alignment
+        for name, tensor_type, offset, elements in tensors:
+            self.key = f"tensor {name[:40]!r}"
+            block = _TYPE_SIZES.get(tensor_type)
+            nbytes = 0 if block is None else -(-elements // block[0]) * block[1]
+            if data_start + offset + nbytes > self.size:
+                raise self.fail(f"truncated GGUF file: the data of tensor {name[:40]!r} runs past the end of the file "
+                                f"(needs byte {data_start + offset + nbytes}, the file has {self.size})")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        (value,) = _U32.unpack_from(self.buffer, self.pos)
+        self.pos += 4
+        return value
+
+    def string(self, strict: bool, what: str) -> str:
+        self.need(8, f"the length of {what}")
+        (length,) = _U64.unpack_from(self.buffer, self.pos)
+        self.pos += 8
+        self.need(length, what)
+        raw = self.buffer[self.pos : self.pos + length]
+        try:
+            text = raw.decode("utf-8") if strict else raw.decode("utf-8", "replace")
+        except UnicodeDecodeError as error:
+            raise self.fail(f"{what} is not valid UTF-8 ({error.reason} at byte {error.start} of it)") from None
+        self.pos += length
+        return text
+
+    def value(self, value_type: int, depth: int) -> Any:
+        fixed = _FIXED.get(value_type)
+        if fixed is not None:
+            scalar, _ = fixed
+            self.need(scalar.size, "a value")
+            (value,) = scalar.unpack_from(self.buffer, self.pos)
+            self.pos += scalar.size
+            return value
+        if value_type == GGUFValueType.STRING:
+            return self.string(strict=True, what="a string value")
+        if value_type == GGUFValueType.ARRAY:
+            return self.array(depth)
+        raise self.fail(f"corrupt GGUF header: unknown value type {value_type}")
+
+    def array(self, depth: int) -> Any:
+        if depth >= _MAX_NESTING:
+            raise self.fail(f"corrupt GGUF header: arrays nested more than {_MAX_NESTING} deep")
+        self.need(_ARRAY_HEAD.size, "an array header")
+        element_type, count = _ARRAY_HEAD.unpack_from(self.buffer, self.pos)
+        self.pos += _ARRAY_HEAD.size
+        fixed = _FIXED.get(element_type)
+        if fixed is not None:
+            _, dtype = fixed
+            self.need(count * dtype.itemsize, f"an array of {count} values")
+            # Zero-copy view into the map; read-only, which suits a header.
+            values = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=self.pos)
+            self.pos += count * dtype.itemsize
+            return values
+        if element_type == GGUFValueType.STRING:
+            self.need(count * 8, f"an array of {count} strings")
+            if count > _MAX_STRINGS:  # each string costs an 8-byte offset here, and more once decoded
+                raise self.fail(f"an array of {count} strings is more than the {_MAX_STRINGS} a header can hold")
+            starts, end = self.walk_strings(count)
+            self.pos = end
+            if count <= _EAGER_STRINGS:
+                return _decode_strings(self.buffer, starts, end)
+            return LazyStrings(self.buffer, starts, end, self.key)
+        if element_type == GGUFValueType.ARRAY:
+            self.need(count * _ARRAY_HEAD.size, f"an array of {count} arrays")
+            return [self.array(depth + 1) for _ in range(count)]
+        raise self.fail(f"corrupt GGUF header: unknown array element type {element_type}")
+
+    def walk_strings(self, count: int) -> tuple[np.ndarray, int]:
+        """Offsets of the `count` length-prefixed strings from here, and the offset past the last.
+
+        Strings are walked one by one (each length says where the next begins), which in Python is
+        the costly part for a 262k vocabulary. Fast path: assume every length is < 256, so only the
+        low byte of each 8-byte length matters, and let `accumulate` do the loop in C; then check the
+        assumption for all offsets at once. If it fails (a long string, or a corrupt length) walk
+        again reading full lengths, with bounds checks that name the problem.
+        """
+        buffer = self.buffer
+        if count == 0:
+            return np.empty(0, dtype=np.int64), self.pos
+        try:
+            starts = np.fromiter(
+                accumulate(repeat(None, count - 1), lambda pos, _: pos + 8 + buffer[pos], initial=self.pos),
+                dtype=np.int64,
+                count=count,
+            )
+        except IndexError:  # ran off the end: let the careful walk say where and why
+            return self.walk_strings_checked(count)
+        last = int(starts[-1])
+        end = last + 8 + buffer[last] if last < self.size else self.size + 1
+        if end <= self.size and _all_lengths_below_256(buffer, starts):
+            return starts, end
+        return self.walk_strings_checked(count)
+
+    def walk_strings_checked(self, count: int) -> tuple[np.ndarray, int]:
+        starts = np.empty(count, dtype=np.int64)
+        for index in range(count):
+            starts[index] = self.pos
+            self.need(8, f"the length of string {index} of {count}")
+            (length,) = _U64.unpack_from(self.buffer, self.pos)
+            self.pos += 8
+            self.need(length, f"string {index} of {count}")
+            self.pos += length
+        return starts, self.pos
+
+
+def _all_lengths_below_256(buffer: mmap.mmap, starts: np.ndarray) -> bool:
+    """Whether bytes 1..7 of every 8-byte length prefix at `starts` are zero."""
+    first, last = int(starts[0]), int(starts[-1])
+    region = np.frombuffer(buffer, dtype=np.uint8, count=last + 8 - first, offset=first)
+    relative = starts - first
+    high = np.zeros(len(starts), dtype=bool)
+    for byte in range(1, 8):
+        high |= region[relative + byte] != 0
+    return not high.any()
+
+
+def _decode_strings(buffer: mmap.mmap, starts: np.ndarray, end: int) -> list[str]:
+    """Decode the length-prefixed strings at `starts` (the last ends at `end`).
+
+    Fast path, when every length fits in one byte and no string holds a NUL: zero the length bytes,
+    so each prefix becomes eight NULs, decode the whole block once and split it on those. Strings
+    that are not valid UTF-8 on their own (raw byte tokens) take the slow path, decoded one by one
+    with U+FFFD for the bad bytes, which is what a vocabulary needs.
+    """
+    count = len(starts)
+    if count == 0:
+        return []
+    first = int(starts[0])
+    if count > 16 and _all_lengths_below_256(buffer, starts):
+        block = np.frombuffer(buffer, dtype=np.uint8, count=end - first, offset=first).copy()
+        block[starts - first] = 0
+        if block.size - np.count_nonzero(block) == 8 * count:  # the prefixes' NULs and no others
+            try:
+                text = block.tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                # The 8-NUL separators make each string decode on its own: a character split across two
+                # strings is an error here too, so this equals decoding each string separately.
+                strings = text.split(_SEPARATOR)
+                if len(strings) == count + 1:
+                    return strings[1:]
+    strings = []
+    for start in starts.tolist():
+        (length,) = _U64.unpack_from(buffer, start)
+        strings.append(buffer[start + 8 : start + 8 + length].decode("utf-8", "replace"))
+    return strings
+
+
+# --- Tokenizer ---------------------------------------------------------------------------------------
+
+# GGUF key -> the name transformers' GGUF tokenizer builder expects; mirrors
+# transformers.integrations.gguf.gguf_tokenizer_mapping.GGUF_TOKENIZER_MAPPING["tokenizer"].
+_TRANSFORMERS_TOKENIZER_KEYS = {
+    "tokenizer.ggml.model": "tokenizer_type",
+    "tokenizer.ggml.pre": "pre_tokenizer_type",
+    "tokenizer.ggml.tokens": "tokens",
+    "tokenizer.ggml.scores": "scores",
+    "tokenizer.ggml.token_type": "token_type",
+    "tokenizer.ggml.merges": "merges",
+    "tokenizer.ggml.precompiled_charsmap": "precompiled_charsmap",
+    "tokenizer.ggml.bos_token_id": "bos_token_id",
+    "tokenizer.ggml.eos_token_id": "eos_token_id",
+    "tokenizer.ggml.unknown_token_id": "unk_token_id",
+    "tokenizer.ggml.padding_token_id": "pad_token_id",
+    "tokenizer.ggml.add_space_prefix": "add_prefix_space",
+}
+
+
+def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
+    """The `tokenizers.Tokenizer` that `AutoTokenizer.from_pretrained(dir, gguf_file=...)` builds.
+
+    Uses transformers' own GGUF converter (imported here, lazily: it costs seconds and must stay off
+    the inspect path), fed from our header instead of transformers' reader, which imports torch.
+    Control tokens (type 3) become special added tokens, user-defined ones (type 4) plain added
+    tokens, as transformers does. Slow for SentencePiece vocabularies without merges (Gemma:
+    transformers rebuilds the merges from the 262k vocabulary, ~15 s).
+    """
+    if header.tokens is None:
+        raise InputError(f"{header.path}: the GGUF file has no vocabulary ({Keys.LIST}).")
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+    except ImportError:  # transformers < 5 kept it here
+        from transformers.integrations.ggml import convert_gguf_tokenizer
+    tokenizer_dict: dict[str, Any] = {}
+    for key, name in _TRANSFORMERS_TOKENIZER_KEYS.items():
+        if key not in header.metadata:
+            continue
+        value = header.metadata[key]
+        # transformers' reader gives plain lists (it tests `token_type or ()`, which a numpy array fails).
+        if isinstance(value, LazyStrings):
+            value = value.to_list()
+        elif isinstance(value, np.ndarray):
+            value = value.tolist()
+        tokenizer_dict[name] = value
+    try:
+        backend, _ = convert_gguf_tokenizer(header.architecture or "", tokenizer_dict)
+    except Exception as error:  # noqa: BLE001 - an unsupported model type, merges naming no token, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{header.path}: cannot build its tokenizer from the GGUF vocabulary: {first}",
+                         hint="llama.cpp rejects such a vocabulary too; re-convert the model") from None
+    _set_bos_eos(backend, header)
+    return backend
+
+
+def _set_bos_eos(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:
+    """Add BOS/EOS as the file says, as transformers' TokenizersBackend.update_post_processor does
+    with the add_bos_token/add_eos_token that get_gguf_tokenizer reads (the converter alone does not)."""
+    from tokenizers import processors
+
+    add_bos = header.add_bos
+    if add_bos is None:
+        # transformers (and llama.cpp) add BOS to a SentencePiece vocabulary that does not say otherwise.
+        add_bos = header.tokenizer_model == "llama"
+    if header.tokenizer_model == "gemma4":
+        add_bos = False  # transformers follows the reference tokenizer here: the chat template writes <bos>
+    bos = header.token(header.bos_id) if header.bos_id is not None else None
+    eos = header.token(header.eos_id) if header.eos_id is not None else None
+    add_bos = add_bos and bos is not None
+    add_eos = bool(header.add_eos) and eos is not None
+    single = f"{(bos.text + ':0 ') if add_bos else ''}$A:0{(' ' + eos.text + ':0') if add_eos else ''}"
+    pair = f"{single}{(' ' + bos.text + ':1') if add_bos else ''} $B:1{(' ' + eos.text + ':1') if add_eos else ''}"
+    special = ([(bos.text, bos.id)] if add_bos else []) + ([(eos.text, eos.id)] if add_eos else [])
+    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)

@@ -1,0 +1,314 @@
+"""The vocabulary as the model files declare it: token text <-> id, and which tokens are special.
+
+Built from tokenizer.json, tokenizer_config.json `added_tokens_decoder`, added_tokens.json, or a GGUF
+header. Plain JSON reading; the `tokenizers` library is imported only when encoding is asked for.
+Imports: model, errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stopdoctor.core.errors import InputError
+from stopdoctor.core.types import Location, Token
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tokenizers
+
+
+# `tokenizers` ids are u32: a larger declared id cannot be any token (and would overflow the call).
+MAX_TOKEN_ID = 2**32 - 1
+# tokenizer.json of the largest real vocabularies is ~35 MB; `tokenizers` needs ~5x the file in memory.
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in `text` (JSON and Jinja escapes and undecodable command-line bytes
+    make them; no encoder accepts them), else None."""
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
+
+
+@dataclass
+class Vocabulary:
+    """Token ids and texts. `complete` is False when only the added/special tokens are known
+    (no tokenizer.json), so "not in the vocabulary" can only be said about ids past `size`."""
+
+    # added/special tokens, and every token of vocabularies known only from JSON configs; the
+    # ordinary tokens of tokenizer.json / GGUF are looked up in those on demand
+    by_text: dict[str, int] = field(default_factory=dict)
+    by_id: dict[int, str] = field(default_factory=dict)
+    special_ids: set[int] = field(default_factory=set)
+    # added tokens are matched whole by the tokenizer, special or not: each is one id
+    added_ids: set[int] = field(default_factory=set)
+    # where each added/special token was declared, for evidence
+    token_locations: dict[int, Location] = field(default_factory=dict)
+    complete: bool = False
+    declared_size: int | None = None
+    tokenizer_file: Path | None = None
+    post_processor: dict | None = None  # tokenizer.json "post_processor", for add-bos detection
+    gguf_header: Any = None
+    # GGUF vocabularies: the ordinary token table, kept as a sequence (not a dict) for speed
+    _gguf_tokens: Sequence[str] | None = None
+    _tokenizer: Any = None
+
+    @property
+    def size(self) -> int | None:
+        """Number of ids the embedding can address: the larger of the known ids and the declared size."""
+        known = (max(self.by_id) + 1) if self.by_id else 0
+        if self._gguf_tokens is not None:
+            known = max(known, len(self._gguf_tokens))
+        if self.tokenizer_file is not None:
+            known = max(known, self._tokenizer.get_vocab_size(with_added_tokens=True))
+        if self.declared_size is not None:
+            return max(known, self.declared_size)
+        return known or None
+
+    def id_of(self, text: str) -> int | None:
+        if lone_surrogate(text) is not None:
+            return None  # not Unicode text, so no token's text (and `tokenizers` refuses it)
+        found = self.by_text.get(text)
+        if found is None and self.tokenizer_file is not None:
+            return self._tokenizer.token_to_id(text)
+        if found is None and self._gguf_tokens is not None:
+            return self._gguf_index().get(text)
+        return found
+
+    def exact_ids(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → id of the token whose text is exactly it, ordinary tokens included (how
+        llama.cpp looks tokens up by text); a GGUF vocabulary is searched without decoding it."""
+        tokens = self._gguf_tokens
+        if tokens is not None and hasattr(tokens, "last_indices"):
+            return tokens.last_indices(texts)
+        return {text: token_id for text in texts if (token_id := self.id_of(text)) is not None}
+
+    def text_of(self, token_id: int) -> str | None:
+        if token_id in self.by_id:
+            return self.by_id[token_id]
+        if self.tokenizer_file is not None and 0 <= token_id <= MAX_TOKEN_ID:
+            return self._tokenizer.id_to_token(token_id)
+        if self._gguf_tokens is not None and 0 <= token_id < len(self._gguf_tokens):
+            return self._gguf_tokens[token_id]
+        return None
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self.special_ids
+
+    def is_single_token(self, text: str) -> int | None:
+        """The id when `text` is always encoded as one token (a special or added token)."""
+        token_id = self.by_text.get(text)  # added and special tokens are always indexed here
+        if token_id is not None and (token_id in self.special_ids or token_id in self.added_ids):
+            return token_id
+        return None
+
+    def token(self, token_id: int) -> Token | None:
+        text = self.text_of(token_id)
+        return None if text is None else Token(token_id, text, self.is_special(token_id))
+
+    def knows(self, token_id: int) -> bool | None:
+        """True/False when the vocabulary can tell whether the id exists, None when it cannot."""
+        if self.text_of(token_id) is not None:
+            return True
+        size = self.size
+        if size is not None and token_id >= size:
+            return False
+        if token_id < 0:
+            return False
+        return False if self.complete else None
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return {self.by_id[i]: i for i in sorted(self.special_ids) if i in self.by_id}
+
+    def _gguf_index(self) -> dict[str, int]:
+        cache = getattr(self, "_gguf_index_cache", None)
+        if cache is None:
+            tokens = list(self._gguf_tokens or ())
+            # reversed so that the first id of a duplicated text wins, as in a linear search
+            cache = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+            self._gguf_index_cache = cache
+        return cache
+
+    def tokenizer(self) -> tokenizers.Tokenizer:
+        """A `tokenizers.Tokenizer` for encoding (tokenizer.json's is loaded with the vocabulary;
+        a GGUF vocabulary is converted on first use, then cached)."""
+        if self._tokenizer is None:
+            if self.gguf_header is None:
+                raise InputError(
+                    "this model has no tokenizer.json (nor a GGUF vocabulary), so text cannot be encoded",
+                    hint="add tokenizer.json to the model folder",
+                )
+            self._tokenizer = _cached_gguf_tokenizer(self.gguf_header)
+        return self._tokenizer
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STOPDOCTOR_CACHE") or Path.home() / ".cache" / "stopdoctor")
+
+
+def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
+    """transformers' GGUF tokenizer conversion takes seconds (15 s for Gemma's 262k vocabulary);
+    its result depends only on the file, so it is kept as tokenizer JSON keyed by file identity."""
+    import hashlib
+
+    import tokenizers
+
+    from stopdoctor.facts.gguf import header_to_tokenizer
+
+    stat = header.path.stat()
+    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}"
+    cached = cache_dir() / "gguf-tokenizers" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    if cached.is_file():
+        try:
+            return tokenizers.Tokenizer.from_file(str(cached))
+        except Exception:  # noqa: BLE001 - a damaged cache entry is rebuilt
+            cached.unlink(missing_ok=True)
+    tokenizer = header_to_tokenizer(header)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(tokenizer.to_str())
+        partial.replace(cached)
+    except OSError:
+        pass  # a read-only home only costs speed
+    return tokenizer
+
+
+def _tokenizer_file_error(path: Path, exc: BaseException) -> InputError:
+    """A syntax error says where the JSON breaks; valid JSON of the wrong shape (a missing `model`,
+    a list) says so, without the parser's line and column, which point at nothing to fix."""
+    import json
+    import re
+
+    reason = _first_line(exc)
+    try:
+        with path.open("rb") as handle:
+            json.loads(handle.read().decode("utf-8-sig"))
+    except (OSError, ValueError, RecursionError):
+        return InputError(f"tokenizer.json: cannot be loaded by the tokenizers library: {reason}",
+                          hint="runtimes fail to load this file too; fix the JSON syntax")
+    reason = re.sub(r" at line \d+ column \d+$", "", reason)
+    return InputError(f"tokenizer.json: valid JSON, but not a tokenizer the tokenizers library reads: {reason}",
+                      hint="transformers fails on it too; save the tokenizer again with tokenizer.save_pretrained()")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, location: Location) -> None:
+    vocab.by_id.setdefault(token_id, text)
+    vocab.by_text.setdefault(text, token_id)
+    vocab.added_ids.add(token_id)
+    if special:
+        vocab.special_ids.add(token_id)
+    vocab.token_locations.setdefault(token_id, location)
+
+
+def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
+    """Fill `vocab` from tokenizer.json through the `tokenizers` library: one parse serves both
+    the vocabulary and later encoding (parsing the JSON ourselves too would cost as much again)."""
+    import json
+
+    import tokenizers
+
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise InputError(f"tokenizer.json: cannot be read: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("tokenizer.json: is not a regular file (a pipe, socket or device)")
+    if info.st_size > MAX_TOKENIZER_BYTES:
+        raise InputError(f"tokenizer.json: {info.st_size / 1e6:.0f} MB is larger than the "
+                         f"{MAX_TOKENIZER_BYTES / 1e6:.0f} MB a tokenizer file can be (the largest real ones are ~35 MB)")
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises plain Exception subclasses
+        raise _tokenizer_file_error(path, exc) from exc
+    vocab.tokenizer_file = path
+    vocab._tokenizer = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
+    vocab.complete = True
+    location = Location("tokenizer.json", "added_tokens")
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
+        vocab.by_id[token_id] = added.content
+        vocab.by_text[added.content] = token_id
+        vocab.added_ids.add(token_id)
+        if added.special:
+            vocab.special_ids.add(token_id)
+        vocab.token_locations[token_id] = location
+    processor = tokenizer.post_processor
+    vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
+
+
+def read_added_tokens_decoder(vocab: Vocabulary, decoder: Mapping[str, Any]) -> None:
+    location = Location("tokenizer_config.json", "added_tokens_decoder")
+    for key, entry in decoder.items():
+        try:
+            token_id = int(key)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+            add_token(vocab, token_id, entry["content"], bool(entry.get("special")), location)
+
+
+def read_added_tokens_json(vocab: Vocabulary, data: Mapping[str, Any]) -> None:
+    # added_tokens.json does not say which tokens are special; tokenizer_config decides that.
+    location = Location("added_tokens.json")
+    for text, token_id in data.items():
+        if isinstance(token_id, int) and isinstance(text, str):
+            add_token(vocab, token_id, text, False, location)
+
+
+# GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user-defined.
+GGUF_CONTROL = 3
+GGUF_USER_DEFINED = 4
+
+
+def mark_declared_special(vocab: Vocabulary, texts: Iterable[str]) -> None:
+    """Tokens named as bos/eos/pad/unk or additional_special_tokens are special to transformers
+    whatever their `special` flag says."""
+    for text in texts:
+        token_id = vocab.id_of(text)
+        if token_id is not None:
+            vocab.special_ids.add(token_id)
+
+
+def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
+    # The raw (lazy) sequence: single ids decode on demand, so inspect never decodes all 262k.
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not _all_strings(tokens):
+        raise InputError(f"{header.path}: tokenizer.ggml.tokens is not an array of strings, so the file has no usable vocabulary",
+                         hint="llama.cpp refuses this file too; re-convert the model")
+    vocab.gguf_header = header
+    vocab._gguf_tokens = tokens
+    vocab.complete = True
+    types = header.token_types
+    if types is not None:
+        import numpy as np
+
+        location = Location(header.path.name, "tokenizer.ggml.token_type")
+        types = types[: len(tokens)]  # a longer type array describes no token past the list
+        for token_id in np.flatnonzero((types == GGUF_CONTROL) | (types == GGUF_USER_DEFINED)).tolist():
+            # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special tokens.
+            add_token(vocab, token_id, tokens[token_id], True, location)
+
+
+def _all_strings(tokens: Sequence[Any]) -> bool:
+    from stopdoctor.facts.gguf import LazyStrings
+
+    return isinstance(tokens, LazyStrings) or all(isinstance(t, str) for t in tokens)
+
+
+def token_texts(vocab: Vocabulary, ids: Iterable[int]) -> list[str]:
+    return [vocab.text_of(i) or f"<id {i}>" for i in ids]

@@ -1,0 +1,31 @@
+"""The `fix --json` document (schema_version 1): the edits a fix would make (or made), each with
+its unified diff, and the defects that have no safe mechanical fix. Fields are public interface:
+add, never rename. Pure: a plan in, a string out.
+
+Imports: fix (data only), render.inspect_json (the header).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stopdoctor.fix import FixPlan
+from stopdoctor.reporters.inspect_json import header
+
+
+def fix_document(model: str, plan: FixPlan, written: bool, exit_code: int) -> dict[str, Any]:
+    return {
+        **header("stopdoctor.fix/1"),
+        "model": model,
+        "edits": [{"file": edit.label, "path": str(edit.path), "creates": edit.before is None, "reason": edit.reason,
+                   "diff": edit.diff()} for edit in plan.edits],
+        "notes": list(plan.notes),
+        "diff": plan.diff() if plan.edits else "",
+        "written": written,
+        "exit_code": exit_code,
+    }
+
+
+def render_fix_json(model: str, plan: FixPlan, written: bool, exit_code: int) -> str:
+    return json.dumps(fix_document(model, plan, written, exit_code), indent=2, ensure_ascii=False) + "\n"

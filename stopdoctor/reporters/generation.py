@@ -1,0 +1,198 @@
+"""People-facing text and the `generate --json` document (schema_version 1) for a generation,
+its diagnosis, and the fragment test. Pure functions: result in, string out.
+
+Imports: diagnose, generate (data classes only; nothing here runs a model), render.console.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.markup import escape
+
+from stopdoctor.analysis.diagnose import Generation, StopCause
+from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, StopSet
+from stopdoctor.reporters.console import capture, text_of
+from stopdoctor.reporters.human import visible as _visible
+from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.inspect_json import location as _location
+
+
+def _cause(cause: StopCause) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": cause.kind}
+    if cause.id is not None:
+        out["id"] = cause.id
+    if cause.text is not None:
+        out["text"] = cause.text
+    if cause.location is not None:
+        out["location"] = _location(cause.location)
+    if cause.stop_string is not None:
+        out["stop_string"] = cause.stop_string
+    if cause.step is not None and cause.step >= 0:
+        out["step"] = cause.step
+    return out
+
+
+def _stops(stops: StopSet) -> dict[str, Any]:
+    return {
+        "source": stops.source,
+        "rule": stops.rule,
+        "ids": [{"id": s.id, "text": s.text, "location": _location(s.location)} for s in stops.ids],
+        "strings": list(stops.strings),
+    }
+
+
+def generation_document(result: GenerateResult) -> dict[str, Any]:
+    g, d = result.generation, result.diagnosis
+    missed = d.should_have_stopped
+    turn = d.hallucinated_turn
+    doc: dict[str, Any] = {
+        **header("stopdoctor.generate/1"),
+        "model": result.model,
+        "engine": result.engine,
+        "device": result.device,
+        "prompt": {"text": result.prompt.text, "templated": result.prompt.templated, "tokens": g.prompt_tokens},
+        "stops": _stops(result.stops),
+        "finish_reason": g.finish_reason,
+        "cause": _cause(g.cause),
+        "text": g.text,
+        "tokens": g.tokens if g.steps else None,
+        "steps": [{"step": s.step, "id": s.id, "text": s.text, "special": s.special} for s in g.steps],
+        "should_have_stopped": None if missed is None else {
+            "id": missed.id, "text": missed.text, "step": missed.step, "reasons": list(missed.reasons), "offset": missed.offset,
+        },
+        "counterfactual": None if d.counterfactual is None else {
+            "stop_ids": list(d.counterfactual.stop_ids), "step": d.counterfactual.step,
+            "finish_reason": "stop", "wasted_tokens": d.counterfactual.wasted,
+        },
+        "hallucinated_turn": None if turn is None else _turn(turn),
+        "turns": [_turn(t) for t in d.turns],
+        "runaway": g.finish_reason == "length" and d.runaway_signs,
+    }
+    if g.server is not None:
+        doc["server"] = g.server
+    return doc
+
+
+def _turn(turn) -> dict[str, Any]:
+    return {"step": turn.step, "role": turn.role, "evidence": turn.evidence, "offset": turn.offset, "source": turn.source}
+
+
+def render_generation_json(result: GenerateResult) -> str:
+    return json.dumps(generation_document(result), indent=2, ensure_ascii=False) + "\n"
+
+
+def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
+    cause = g.cause
+    at = f" at step {cause.step}" if cause.step is not None and cause.step >= 0 else ""
+    if cause.kind in ("eos", "stop_id"):
+        what = "eos" if cause.kind == "eos" else "stop id"
+        where = f", declared in {cause.location}" if cause.location is not None else ""
+        token = f"{cause.text} (id {cause.id})" if cause.id is not None else (cause.text or "the end-of-sequence token")
+        return f"stop: {what} {token}{at}{where}"
+    if cause.kind == "stop_string":
+        return f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)} matched in the text of step {cause.step}" \
+            if cause.step is not None and cause.step >= 0 else f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)}"
+    if cause.kind == "unreported":
+        return f"stop: the server did not say which stop ended it (one of {cause.text})"
+    budget = max_new_tokens if max_new_tokens is not None else len(g.steps)
+    return f"length: ran to the token budget ({budget} new tokens)"
+
+
+def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False,
+                            max_new_tokens: int | None = None) -> str:
+    out = capture(color, width)
+    g, d = result.generation, result.diagnosis
+    out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
+    ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in result.stops.ids) or "none"
+    strings = f"; strings {escape(json.dumps(list(result.stops.strings), ensure_ascii=False))}" if result.stops.strings else ""
+    out.print(f"  stops     {escape(result.stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(result.stops.rule)})[/]")
+    if trace and g.steps:
+        out.print("  trace")
+        for s in g.steps:
+            mark = "  [magenta]special[/]" if s.special else ""
+            out.print(f"    {s.step:>4}  {s.id:>7}  {escape(json.dumps(s.text, ensure_ascii=False))}{mark}")
+    out.print("  text")
+    for line in (g.text or "").split("\n"):
+        out.print(f"    [dim]│[/] {escape(line)}", soft_wrap=True)
+    style = "green" if g.finish_reason == "stop" else ("bold red" if d.runaway_signs else "yellow")
+    count = f"{len(g.steps)} tokens" if g.steps else ""
+    out.print(f"  finish    [{style}]{escape(describe_cause(g, max_new_tokens))}[/]" + (f"  [dim]({count})[/]" if count else ""))
+    if g.server is not None:
+        server = g.server
+        said = f"finish_reason={server.get('finish_reason')}"
+        if server.get("stop_reason") is not None:
+            said += f", stop_reason={server.get('stop_reason')}"
+        usage = server.get("usage") or {}
+        if usage.get("completion_tokens") is not None:
+            said += f", completion_tokens={usage['completion_tokens']}"
+        out.print(f"  server    {escape(said)}  [dim]({escape(server.get('url', ''))}, route {escape(server.get('route', ''))})[/]")
+        if server.get("rejected_fields"):
+            out.print(f"  [yellow]note[/]      the server rejected {escape(', '.join(server['rejected_fields']))}: "
+                      "it does not stop on those ids; sent without them")
+    missed = d.should_have_stopped
+    if missed is not None:
+        where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
+        why = ("but the server went on past it" if missed.id in {s.id for s in result.stops.ids}
+               else "but is not a stop id")
+        out.print(f"  [bold red]missed[/]    {escape(missed.text or '?')} (id {missed.id}) {where} should have ended the turn "
+                  f"{why}")
+        for reason in missed.reasons:
+            out.print(f"              [dim]- {escape(reason)}[/]")
+    if d.counterfactual is not None:
+        cf = d.counterfactual
+        out.print(f"  [bold]fix[/]       with stop ids {list(cf.stop_ids)} this would have ended at step {cf.step} "
+                  f"with finish_reason=stop; {cf.wasted} tokens wasted")
+    turn = d.hallucinated_turn
+    if turn is not None:
+        where = f"at step {turn.step}" if turn.step is not None else f"at character {turn.offset}"
+        # a red "runaway" only when it really ran on; a stop that cut the turn short is a note
+        label = "[bold red]runaway[/]  " if g.finish_reason == "length" else "[yellow]note[/]     "
+        out.print(f"  {label} the model wrote a {escape(turn.role)} turn itself {where}: "
+                  f"{escape(json.dumps(turn.evidence, ensure_ascii=False))} ({escape(turn.source)})")
+    elif missed is None and g.finish_reason == "length":
+        out.print("  [dim]no turn-ending token and no new turn in the text: the budget may just be too small[/]")
+    return text_of(out)
+
+
+def fragment_document(model: str, verdict: FragmentVerdict) -> dict[str, Any]:
+    return {
+        **header("stopdoctor.fragment-test/1"),
+        "model": model,
+        "verdict": verdict.verdict,
+        "reason": verdict.reason,
+        "probes": [
+            {"name": p.name, "prompt": p.prompt, "ended_turn": p.ended_turn, "finish_reason": p.generation.finish_reason,
+             "cause": _cause(p.generation.cause), "text": p.generation.text, "tokens": p.generation.tokens}
+            for p in verdict.probes
+        ],
+    }
+
+
+def render_fragment_json(model: str, verdict: FragmentVerdict) -> str:
+    return json.dumps(fragment_document(model, verdict), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_fragment_human(model: str, verdict: FragmentVerdict, color: bool = False, width: int = 100) -> str:
+    out = capture(color, width)
+    out.print(f"[bold]stopdoctor generate --fragment-test[/] {escape(model)}")
+    _fragment_lines(out, verdict)
+    return text_of(out)
+
+
+def render_live_human(verdict: FragmentVerdict, color: bool = False, width: int = 100) -> str:
+    """The `check --live` section under a model's report: the fragment probe it ran, and its verdict."""
+    out = capture(color, width)
+    out.print("[bold]live probe[/] (generate --fragment-test on the weights)")
+    _fragment_lines(out, verdict)
+    return text_of(out)
+
+
+def _fragment_lines(out, verdict: FragmentVerdict) -> None:
+    for p in verdict.probes:
+        ended = f"ended its turn ({escape(describe_cause(p.generation))})" if p.ended_turn else \
+            f"did not end its turn in {len(p.generation.steps)} tokens"
+        out.print(f"  {escape(p.name):<14} {escape(json.dumps(p.prompt, ensure_ascii=False))} → {ended}")
+        out.print(f"    [dim]│[/] {escape(_visible(p.generation.text[:200]))}", soft_wrap=True)
+    out.print(f"  verdict   [bold]{escape(verdict.verdict)}[/]: {escape(verdict.reason)}")

@@ -1,0 +1,88 @@
+"""The `inspect --json` document (schema_version 1). Fields are public interface: add, never rename."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stopdoctor import __version__
+from stopdoctor.api import InspectResult
+from stopdoctor.core.types import Location
+from stopdoctor.core.findings import Finding, Severity
+
+SCHEMA_VERSION = 1
+
+
+def header(schema: str) -> dict[str, Any]:
+    """The fields every JSON document starts with, whatever the command."""
+    return {"schema_version": SCHEMA_VERSION, "schema": schema, "tool": {"name": "stopdoctor", "version": __version__}}
+
+
+def location(loc: Location | None) -> dict[str, Any] | None:
+    return None if loc is None else {"file": loc.file, "key": loc.key}
+
+
+def finding(f: Finding) -> dict[str, Any]:
+    return {
+        "code": f.code,
+        "name": f.name,
+        "severity": f.severity.label,
+        "message": f.message,
+        "fix": f.fix,
+        "location": location(f.location),
+        "evidence": f.evidence,
+    }
+
+
+def summary(findings: list[Finding]) -> dict[str, int]:
+    return {s.label: sum(1 for f in findings if f.severity == s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
+
+
+def inspect_document(result: InspectResult) -> dict[str, Any]:
+    facts, analysis = result.facts, result.analysis
+    primary = analysis.runtime(result.primary_runtime)
+    return {
+        **header("stopdoctor.inspect/1"),
+        "model": {
+            "spec": result.source.spec,
+            "kind": result.source.kind,
+            "path": str(result.source.root if result.source.kind != "gguf" else next(iter(result.source.files.values()))),
+            "revision": result.source.revision,
+            "files": sorted(result.source.files),
+            "missing_files": result.missing_files,
+            "architectures": facts.architectures,
+            "names": [{"value": n.value, "location": location(n.location)} for n in facts.names],
+            "vocab_size": facts.vocab.size,
+        },
+        "verdict": {
+            "kind": analysis.verdict.kind,
+            "evidence": [{"clue": e.clue, "weight": e.weight, "location": location(e.location)} for e in analysis.verdict.evidence],
+        },
+        "end_of_turn": [
+            {"text": e.text, "ids": list(e.ids), "single_special_token": e.single_special, "template": e.template,
+             "evidence": e.evidence, "kind": e.kind}
+            for e in analysis.end_of_turn
+        ],
+        # how the template ends an assistant turn (token | only-when-followed | next-header |
+        # whitespace | none), and markers the safe-stop rule refused (never suggested as stops)
+        "turn_style": analysis.turns.style if analysis.turns is not None else None,
+        "end_of_turn_refused": [{"text": e.text, "ids": list(e.ids), "why": why} for e, why in analysis.rejected_end_of_turn],
+        "turn_headers": analysis.turn_headers,
+        "stop_ids": {
+            "effective": primary.ids,
+            "runtime": primary.runtime,
+            "sources": [{"id": s.id, "text": s.text, **location(s.location)} for s in primary.stops],
+            "per_runtime": {
+                s.runtime: {"ids": s.ids, "rule": s.rule, "complete": s.complete, "sources": [{"id": x.id, "text": x.text, **location(x.location)} for x in s.stops]}
+                for s in analysis.stops
+            },
+        },
+        "declared": [{"role": d.role, "id": d.id, "text": d.text, **location(d.location)} for d in facts.declared],
+        "templates": [{"name": t.name, **location(t.location), "chars": len(t.source)} for t in facts.templates],
+        "findings": [finding(f) for f in result.findings],
+        "summary": summary(result.findings),
+    }
+
+
+def render_inspect_json(result: InspectResult) -> str:
+    return json.dumps(inspect_document(result), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,125 @@
+"""People-facing text and JSON for `stopdoctor probe-stop`.
+
+Texts are shown quoted with backslash escapes (`"\\nUser:"`); each covering token is shown as its
+id and the text it writes. Imports: rich, render.console, render.prompt_text (escaping), prompt (data).
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from stopdoctor.actions.prompt import ProbeReport, StopReport
+from stopdoctor.reporters.console import capture, text_of
+from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.prompt_text import _quoted
+
+SCHEMA = "stopdoctor.probe-stop/1"
+
+
+def _ids_with_pieces(ids: list[int], pieces: list[str]) -> str:
+    return " ".join(f"{i}{_quoted(p)}" for i, p in zip(ids, pieces))
+
+
+def _render_stop(out, stop: StopReport, color: bool) -> None:
+    probe = stop.probe
+    out.print()
+    out.print(Text.assemble(("stop ", "bold"), (_quoted(probe.stop), "bold magenta" if color else None)))
+    special = f"  = special token id {probe.special_token_id}" if probe.special_token_id is not None else ""
+    out.print(f"  standalone  {escape(_ids_with_pieces(probe.standalone_ids, stop.standalone_pieces))}{escape(special)}")
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold" if color else None)
+    for name in ("  context", "preceding text", "ids covering the stop", "boundary", "id match"):
+        table.add_column(name)
+    for ctx in stop.contexts:
+        p = ctx.probe
+        boundary = Text("aligned", style="green" if color else None) if p.aligned else \
+            Text(f"merged with {_quoted(p.merged_prefix)}", style="yellow" if color else None)
+        fires = Text("fires", style="green" if color else None) if ctx.id_match_fires else \
+            Text("MISSES", style="bold red" if color else None)
+        table.add_row(f"  {p.context_name}", _quoted(p.context), _ids_with_pieces(p.ids, ctx.pieces), boundary, fires)
+    out.print(table)
+    total = len(stop.contexts)
+    if stop.misses:
+        out.print(f"  [bold red]verdict[/]  a token-id match on encode(stop) misses in {stop.misses} of {total} contexts; "
+                  f"{len(probe.variants)} distinct id sequences; matching the decoded text catches all of them")
+    else:
+        out.print(f"  [green]verdict[/]  a token-id match on encode(stop) fires in all {total} contexts "
+                  f"({len(probe.variants)} id sequence(s)); matching the decoded text fires too")
+    if probe.false_positives:
+        out.print(f"  [yellow]false positives[/]  {len(probe.false_positives)} match(es) in {probe.samples_checked} "
+                  "sample answers (generation would be cut there):")
+        for fp in probe.false_positives[:8]:
+            out.print(f"    {escape(fp.sample)} @{fp.offset}: {escape(_quoted(fp.excerpt))}")
+        if len(probe.false_positives) > 8:
+            out.print(f"    … {len(probe.false_positives) - 8} more (see --json)")
+    else:
+        out.print(f"  false positives  none in {probe.samples_checked} sample answers")
+    for rec in probe.recommendations:
+        out.print(f"  → {escape(rec)}")
+
+
+def render_probe_human(report: ProbeReport, color: bool = False, width: int = 100) -> str:
+    out = capture(color, width)
+    out.print(f"[bold]stopdoctor probe-stop[/] --model {escape(report.model)}")
+    endings = ", ".join(_quoted(t) for t in report.turn_endings) or "(none: no chat template)"
+    out.print(f"template turn endings probed as contexts: {escape(endings)}")
+    if report.user_header:
+        out.print(f"user-turn header: {escape(_quoted(report.user_header))}")
+    for stop in report.stops:
+        _render_stop(out, stop, color)
+    out.print()
+    failed = [s for s in report.stops if s.failed]
+    if failed:
+        out.print(f"[bold]summary[/]  {len(failed)} of {len(report.stops)} stop string(s) would be missed by an id "
+                  "match or fire inside ordinary answers (--fail-on-miss exits 1)")
+    else:
+        out.print(f"[bold]summary[/]  all {len(report.stops)} stop string(s) match by id in every context and "
+                  "fire in no sample answer")
+    return text_of(out)
+
+
+def _stop_json(stop: StopReport) -> dict:
+    probe = stop.probe
+    return {
+        "stop": probe.stop,
+        "standalone_ids": probe.standalone_ids,
+        "standalone_tokens": stop.standalone_pieces,
+        "special_token_id": probe.special_token_id,
+        "contexts": [
+            {
+                "name": c.probe.context_name,
+                "context": c.probe.context,
+                "ids": c.probe.ids,
+                "tokens": c.pieces,
+                "aligned": c.probe.aligned,
+                "merged_prefix": c.probe.merged_prefix,
+                "exact": c.probe.exact,
+                "id_match_fires": c.id_match_fires,
+            }
+            for c in stop.contexts
+        ],
+        "id_match_misses": stop.misses,
+        "variants": probe.variants,
+        "text_match_catches_all": True,  # the decoded text always contains the stop string
+        "false_positives": [{"sample": f.sample, "offset": f.offset, "excerpt": f.excerpt} for f in probe.false_positives],
+        "samples_checked": probe.samples_checked,
+        "recommendations": probe.recommendations,
+        "failed": stop.failed,
+    }
+
+
+def render_probe_json(report: ProbeReport) -> str:
+    document = {
+        **header(SCHEMA),
+        "model": report.model,
+        "turn_endings": report.turn_endings,
+        "user_header": report.user_header,
+        "corpus_files": report.corpus_files,
+        "notes": report.notes,
+        "stops": [_stop_json(s) for s in report.stops],
+        "failed": report.failed,
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,134 @@
+"""SD7xx: response logs — how often served answers stopped for the wrong reason.
+
+These checks read `subject.logs` (a `stopdoctor.actions.logs.query.LogsReport`), which only
+`stopdoctor.api.logs_findings` attaches; on a model analysis they yield nothing. Thresholds come
+from the report's `LogsSettings` (`stopdoctor logs --max-length-share/--max-turn-share`).
+Imports: report, model, and the logs data classes (no DuckDB).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stopdoctor.core.types import Location
+from stopdoctor.core.findings import Severity
+from stopdoctor.rules.registry import Check, check
+
+
+def _logs(subject: Any):
+    return getattr(subject, "logs", None)
+
+
+def _where(example) -> Location:
+    return Location(example.file, str(example.line))  # prints as file:line
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.1f}%" if share >= 0.001 or share == 0 else f"{share * 100:.3f}%"
+
+
+@check("SD701", "budget-truncation-rate", Severity.WARNING)
+def budget_truncation_rate(subject: Any, self: Check):
+    """More logged answers than the threshold ended because they ran out of token budget.
+
+    What it checks:
+    The share of responses whose finish_reason is `length` (Ollama `done_reason`, TGI
+    `details.finish_reason`, llama.cpp `stop_type` "limit"), against a threshold (default 5%,
+    `stopdoctor logs --max-length-share`), and how many of those end mid-sentence.
+
+    Why it matters:
+    Each one is an answer cut off silently: clients rarely look at finish_reason. A high share
+    means max_tokens is too small for the traffic, or the model does not stop (see SD702).
+
+    Example:
+    `12.5% of 8,000 responses ended at the token budget (finish_reason length), 940 mid-sentence`
+
+    Fix:
+    Raise max_tokens (per model: see the per-max_tokens table), or fix the stop configuration
+    when the cut answers also ran on into a next turn.
+    """
+    logs = _logs(subject)
+    if logs is None or not logs.responses:
+        return
+    cut = logs.problems["budget-truncated"]
+    threshold = logs.settings.max_length_share
+    if cut.count == 0 or cut.share <= threshold:
+        return
+    mid = logs.problems["mid-sentence"].count
+    yield self.finding(
+        f"{_percent(cut.share)} of {logs.responses:,} responses ended at the token budget (finish_reason length), "
+        f"{mid:,} mid-sentence; threshold {_percent(threshold)}",
+        "raise max_tokens for the models and budgets listed, or fix their stops if they also run on (SD702)",
+        _where(cut.examples[0]) if cut.examples else None,
+        count=cut.count, share=cut.share, threshold=threshold, mid_sentence=mid, by_model=cut.by_model)
+
+
+@check("SD702", "hallucinated-turns-in-logs", Severity.ERROR)
+def hallucinated_turns_in_logs(subject: Any, self: Check):
+    """Logged answers go on to write the next user or system turn themselves.
+
+    What it checks:
+    Every answer's text for a turn header the template writes (`<|im_start|>user`), the header
+    left once a server strips special tokens (`user` alone on a line), or, when the template has
+    no header, a transcript label (`User:`); text inside code is ignored. With `--model`, the
+    model's own template says what its headers are; otherwise the common families are used.
+
+    Why it matters:
+    The model did not stop at the end of its turn and the user is shown a made-up next
+    question (and often its answer). The cause is nearly always the stop configuration: the
+    end-of-turn token is not a stop id.
+
+    Example:
+    `line 6: "Paris.\\nsystem\\n\\nuser\\nI'm planning to launch…" (finish_reason length)`
+
+    Fix:
+    Run `stopdoctor check MODEL --serving CONFIG` for the model named in the examples and add
+    the template's end-of-turn token to the stop ids (`stopdoctor fix`).
+    """
+    logs = _logs(subject)
+    if logs is None or not logs.responses:
+        return
+    turns = logs.problems["hallucinated-turn"]
+    if turns.count == 0 or turns.share <= logs.settings.max_turn_share:
+        return
+    models = ", ".join(f"{m} ({n:,})" for m, n in list(turns.by_model.items())[:5])
+    yield self.finding(
+        f"{turns.count:,} of {logs.responses:,} responses ({_percent(turns.share)}) wrote a next turn themselves"
+        + (f": {models}" if models else ""),
+        "stop on the template's end-of-turn token: stopdoctor check MODEL --serving CONFIG, then stopdoctor fix",
+        _where(turns.examples[0]) if turns.examples else None,
+        count=turns.count, share=turns.share, by_model=turns.by_model,
+        lines=[e.line for e in turns.examples])
+
+
+@check("SD703", "end-of-turn-text-in-logs", Severity.WARNING)
+def end_of_turn_text_in_logs(subject: Any, self: Check):
+    """Logged answers contain an end-of-turn token's text with more text after it.
+
+    What it checks:
+    Every answer's text for an end-of-turn token (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`…,
+    or the model's own with `--model`) that is followed by more text; one at the very end is
+    only a server that does not skip special tokens.
+
+    Why it matters:
+    Generation went on past the point where the turn ended: the token was not a stop id, or the
+    server ignored it. The rest of the answer is the model talking to itself.
+
+    Example:
+    `line 3: "Paris.<|im_end|>\\n<|im_start|>user\\n…"`
+
+    Fix:
+    Add the token to the server's stop ids (vLLM `stop_token_ids`, generation_config.json
+    `eos_token_id`, Ollama `PARAMETER stop`); `stopdoctor check` shows which.
+    """
+    logs = _logs(subject)
+    if logs is None or not logs.responses:
+        return
+    ran = logs.problems["ran-past-end-of-turn"]
+    if ran.count == 0:
+        return
+    yield self.finding(
+        f"{ran.count:,} of {logs.responses:,} responses ({_percent(ran.share)}) go on after an end-of-turn token",
+        "make the end-of-turn token a stop id of the server",
+        _where(ran.examples[0]) if ran.examples else None,
+        count=ran.count, share=ran.share, by_model=ran.by_model, lines=[e.line for e in ran.examples])

@@ -1,0 +1,80 @@
+"""The check registry: every check with its permanent code, kebab-case name, default severity
+and documentation (what it checks / why it matters / example / fix) beside its code.
+
+A check takes the shared `Analysis` and returns findings; it never prints. A check that raises
+becomes an `SD000 check-crashed` finding and the rest still run.
+Imports: analysis, report, model. Family modules register themselves on import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.core.types import Location
+from stopdoctor.core.findings import Finding, Severity
+
+CheckFunction = Callable[[Analysis, "Check"], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Check:
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    doc: str
+    function: CheckFunction
+
+    def finding(self, message: str, fix: str, location: Location | None = None,
+                severity: Severity | None = None, **evidence) -> Finding:
+        return Finding(self.code, self.name, severity or self.severity, message, fix, location, evidence)
+
+    @property
+    def sections(self) -> dict[str, str]:
+        """The doc split at its headings: What it checks / Why it matters / Example / Fix."""
+        parts = re.split(r"^(What it checks|Why it matters|Example|Fix|How the runtimes decide \(source\)):\s*$", self.doc, flags=re.MULTILINE)
+        return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+
+
+REGISTRY: dict[str, Check] = {}
+CODE = re.compile(r"^SD\d{3}$")
+NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def check(code: str, name: str, severity: Severity) -> Callable[[CheckFunction], CheckFunction]:
+    def register(function: CheckFunction) -> CheckFunction:
+        assert CODE.match(code) and NAME.match(name), (code, name)
+        assert code not in REGISTRY and all(c.name != name for c in REGISTRY.values()), code
+        doc = inspect.cleandoc(function.__doc__ or "")
+        summary, _, rest = doc.partition("\n")
+        REGISTRY[code] = Check(code, name, severity, summary.strip(), rest.strip(), function)
+        return function
+
+    return register
+
+
+def crashed(check: Check, error: BaseException) -> Finding:
+    return Finding(
+        "SD000",
+        "check-crashed",
+        Severity.ERROR,
+        f"check {check.code} {check.name} crashed: {type(error).__name__}: {error}",
+        "this is a stopdoctor bug; please report it with the model files",
+        None,
+        {"check": check.code},
+    )
+
+
+# The crash pseudo-check is documented like the others.
+REGISTRY["SD000"] = Check(
+    "SD000", "check-crashed", Severity.ERROR, "A check raised an exception.",
+    "What it checks:\nNothing: it reports a check that crashed, so the others still run.\n\n"
+    "Why it matters:\nA crashed check leaves its defect unexamined.\n\n"
+    "Example:\nSD000 check crashed: KeyError\n\nFix:\nReport the bug with the model files.",
+    lambda analysis, check: (),
+)

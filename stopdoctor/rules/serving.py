@@ -1,0 +1,468 @@
+"""SD4xx: the serving configuration — what a server command line, Modelfile or request does to
+the model's stops.
+
+These checks read `analysis.serving` (a `ServingConfig`), which only
+`stopdoctor.api.serving_findings` attaches; on a plain model analysis they yield nothing.
+Runtime behaviour cited in each doc was read from the runtime's source:
+vLLM `vllm/sampling_params.py`, `vllm/config/model.py`, `vllm/transformers_utils/config.py`;
+llama.cpp `src/llama-chat.cpp`; Ollama `runner/llamarunner/runner.go`, `model/models/*/model.go`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.core.findings import Severity
+from stopdoctor.facts.serving import ServingConfig, effective_stops
+from stopdoctor.rules.registry import Check, check
+
+# llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
+# after an assistant message.
+LLAMACPP_TEMPLATE_END = {
+    "chatml": "<|im_end|>",
+    "phi4": "<|im_end|>",
+    "phi3": "<|end|>",
+    "gemma": "<end_of_turn>",
+    "zephyr": "<|endoftext|>",
+    "llama3": "<|eot_id|>",
+    "llama2": "</s>",
+    "llama2-sys": "</s>",
+    "llama2-sys-bos": "</s>",
+    "llama2-sys-strip": "</s>",
+    "mistral-v1": "</s>",
+    "mistral-v3": "</s>",
+    "mistral-v3-tekken": "</s>",
+    "mistral-v7": "</s>",
+    "mistral-v7-tekken": "</s>",
+    "monarch": "</s>",
+}
+# vLLM applies only these keys of --override-generation-config (ModelConfig.get_diff_sampling_param).
+VLLM_OVERRIDE_APPLIED = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
+VLLM_OVERRIDE_STOP_KEYS = ("eos_token_id", "stop", "stop_token_ids", "stop_strings")
+# Special-token-looking markers a Go template writes literally.
+MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|<(?:start|end)_of_turn>|</s>|<s>|\[/?INST\]")
+TINY_SHARE = 0.5  # max_tokens cutting more than this share of ordinary answers is a warning
+
+
+def _serving(analysis: Analysis) -> ServingConfig | None:
+    return getattr(analysis, "serving", None)
+
+
+def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, int | None, str]]:
+    """(text, id when one special token, where it comes from) of the end-of-turn in use: the
+    serving file's own Jinja template when it has one, else the model's."""
+    facts = analysis.facts
+    if serving.template is not None and serving.kind in ("vllm", "llamacpp"):
+        from stopdoctor.template.turns import find_end_of_turn
+
+        try:
+            markers = find_end_of_turn(serving.template.value, facts.special_token_texts(), list(facts.vocab.special_tokens))
+        except StopdoctorError:
+            return []
+        out = []
+        for marker in markers:
+            token_id = facts.vocab.id_of(marker.text)
+            special = token_id is not None and facts.vocab.is_special(token_id)
+            out.append((marker.text, token_id if special else None, serving.template.key))
+        return out
+    if serving.template_name is not None:
+        text = LLAMACPP_TEMPLATE_END.get(str(serving.template_name.value))
+        if text is None:
+            return []
+        token_id = facts.vocab.id_of(text)
+        return [(text, token_id if token_id is not None and facts.vocab.is_special(token_id) else None,
+                 f"--chat-template {serving.template_name.value}")]
+    return [(m.text, m.ids[0] if m.single_special else None, f"the model's template ({m.template})")
+            for m in analysis.end_of_turn]
+
+
+@check("SD401", "serving-drops-end-of-turn", Severity.ERROR)
+def serving_drops_end_of_turn(analysis: Analysis, self: Check):
+    """The server, as configured, does not stop on the template's end-of-turn.
+
+    What it checks:
+    Works out the stop set the runtime will really use with this configuration and looks for the
+    end-of-turn marker of the template in use (the config's own template when it sets one):
+    vLLM: the tokenizer's eos plus the generation config's `eos_token_id`, read from the model
+    (`--generation-config auto`, the default, and also `vllm`) or from the folder
+    `--generation-config DIR` names; for a GGUF only the tokenizer eos.
+    llama.cpp server: the GGUF eos/eot/eom ids (after `--override-kv`) plus its end-of-generation
+    texts, plus `-r` strings. Ollama: the GGUF eos id plus `PARAMETER stop` strings.
+
+    Why it matters:
+    The model ends its turn with the marker; a server that does not stop there lets it write the
+    next user turn and answer it, until max_tokens.
+
+    Example:
+    A Modelfile `FROM ./llama3.gguf` whose GGUF eos is `<|end_of_text|>` and with no
+    `PARAMETER stop "<|eot_id|>"`.
+
+    Fix:
+    Add the end-of-turn as a stop: `PARAMETER stop "<|eot_id|>"` (Ollama);
+    `--override-kv tokenizer.ggml.eot_token_id=int:N` (llama.cpp); for vLLM put the id in the
+    model's generation_config.json `eos_token_id` (`stopdoctor fix MODEL --write`) and serve with
+    `--generation-config auto`. `--override-generation-config` cannot add stop ids.
+
+    How the runtimes decide (source):
+    vLLM `SamplingParams.update_from_generation_config` adds the generation config's eos ids to
+    `stop_token_ids` next to the tokenizer eos; the config comes from
+    `ModelConfig.try_get_generation_config`, which loads the model's own file for both `auto` and
+    `vllm` and the named folder otherwise (`transformers_utils/config.py try_get_generation_config`
+    returns None for GGUF). Ollama's llama.cpp runner ends on `TokenIsEog(token)`; its own engine's
+    vocabulary ends on `tokenizer.ggml.eos_token_id` plus `tokenizer.ggml.eos_token_ids`.
+    """
+    serving = _serving(analysis)
+    if serving is None or serving.kind == "request":
+        return
+    stops = effective_stops(analysis, serving)
+    if not stops.known:
+        return
+    llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
+    markers = [(text, token_id, origin) for text, token_id, origin in _end_markers(analysis, serving)
+               if text.strip() and (token_id is None or analysis.stop_hazard(token_id) is None)]
+
+    def stops_on(text: str, token_id: int | None) -> bool:
+        return ((token_id is not None and token_id in stops.ids)
+                or any(stop and stop in text for stop in stops.texts) or text.strip() in stops.texts)
+
+    if any(stops_on(text, token_id) for text, token_id, _ in markers):
+        return  # the turn ends at the first marker the server stops on
+    if analysis.turns is None or analysis.turns.style != "next-header":
+        markers = markers[-1:]  # the turn's last closing token is the one to add
+    for text, token_id, origin in markers:
+        if serving.kind == "ollama" and token_id is not None and token_id in llama_eog:
+            yield self.finding(
+                f"{text} (id {token_id}) is no PARAMETER stop and not the GGUF eos: Ollama's llama.cpp runner stops "
+                f"on it (end-of-generation list), its own engine does not",
+                f'add PARAMETER stop "{text}"', serving.location("PARAMETER stop"), severity=Severity.WARNING,
+                end_of_turn=text, id=token_id, stops=sorted(stops.ids))
+            continue
+        shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
+        if serving.kind == "ollama":
+            fix, key = f'add PARAMETER stop "{text}"', "PARAMETER stop"
+        elif serving.kind == "llamacpp":
+            fix = (f"add --override-kv tokenizer.ggml.eot_token_id=int:{token_id}" if token_id is not None
+                   else f"add -r {text!r} (or fix the template)")
+            key = "--override-kv"
+        else:
+            fix = (f"add {token_id} to the generation config eos_token_id (stopdoctor fix MODEL --write) and serve "
+                   f"with --generation-config auto" if token_id is not None else "use a template whose end-of-turn is a special token")
+            key = serving.generation_config.key if serving.generation_config else "--generation-config"
+        yield self.finding(
+            f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
+            f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
+            fix, serving.location(key), end_of_turn=text, id=token_id, stops=sorted(stops.ids), stop_texts=list(stops.texts))
+
+
+@check("SD402", "serving-template-mismatch", Severity.ERROR)
+def serving_template_mismatch(analysis: Analysis, self: Check):
+    """The serving config's chat template writes other turn markers than the model's own.
+
+    What it checks:
+    Compares the turn markers of the template the server uses (vLLM `--chat-template`, llama.cpp
+    `--chat-template NAME`/`--chat-template-file`, Ollama `TEMPLATE`) with the model's template:
+    its end-of-turn and turn headers, and any special-token-like marker the vocabulary lacks.
+
+    Why it matters:
+    A model prompted in another family's format (ChatML markers for a Llama-3 model) never writes
+    the end-of-turn the server expects: it runs on or answers badly.
+
+    Example:
+    Ollama `TEMPLATE` with `<|im_start|>`/`<|im_end|>` on top of a Llama-3 GGUF.
+
+    Fix:
+    Use the model's own template (Ollama: copy the markers of its chat template into TEMPLATE;
+    llama.cpp: `--jinja` without `--chat-template` uses the GGUF's own).
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-chat.cpp` `llm_chat_apply_template`: each built-in name writes fixed
+    markers (chatml `<|im_end|>`, gemma `<end_of_turn>`, phi3 `<|end|>`, llama2/mistral `</s>`).
+    Ollama renders TEMPLATE as a Go text/template: the markers are literal text in it.
+    """
+    serving = _serving(analysis)
+    if serving is None or serving.kind == "request":
+        return
+    model_ends = {m.text for m in analysis.end_of_turn}
+    if not model_ends:
+        return
+    vocab = analysis.facts.vocab
+    if serving.kind == "ollama":
+        if serving.template is None:
+            return
+        go = serving.template.value
+        written = set(MARKER.findall(go))
+        missing_vocab = sorted(m for m in written if vocab.id_of(m) is None and m not in ("<s>", "</s>", "[INST]", "[/INST]"))
+        if missing_vocab and vocab.special_tokens:
+            yield self.finding(
+                f"TEMPLATE writes {', '.join(missing_vocab)}, which this model's vocabulary does not have",
+                "copy the turn markers of the model's own chat template into TEMPLATE",
+                serving.location(serving.template.key), markers=missing_vocab)
+            return
+        if not any(end.strip() and end.strip() in go for end in model_ends):
+            yield self.finding(
+                f"TEMPLATE never writes the model's end-of-turn {', '.join(sorted(model_ends))}",
+                "close each assistant turn in TEMPLATE with the model's end-of-turn marker",
+                serving.location(serving.template.key), severity=Severity.WARNING, expected=sorted(model_ends))
+            return
+        headers = [h for h in analysis.turn_headers.values() if h]
+        model_markers = {m for h in headers for m in MARKER.findall(h)}
+        foreign = sorted(m for m in written - model_markers - model_ends if m not in ("<s>", "</s>") and model_markers)
+        if foreign:
+            yield self.finding(
+                f"TEMPLATE writes {', '.join(foreign)}, which the model's own template does not",
+                "copy the turn markers of the model's own chat template into TEMPLATE",
+                serving.location(serving.template.key), severity=Severity.WARNING, markers=foreign)
+        return
+    ends = _end_markers(analysis, serving)
+    if serving.template is None and serving.template_name is None:
+        return
+    key = (serving.template or serving.template_name).key
+    if not ends:
+        if serving.template is not None:
+            yield self.finding(f"the template given by {key} never closes an assistant turn",
+                               "use the model's own chat template", serving.location(key))
+        return
+    served = {text for text, _, _ in ends}
+    if not served & model_ends:
+        yield self.finding(
+            f"the template given by {key} ends turns with {', '.join(sorted(served))}; the model's own ends them with "
+            f"{', '.join(sorted(model_ends))}",
+            "use the model's own chat template (drop the flag)", serving.location(key),
+            served=sorted(served), model=sorted(model_ends))
+
+
+def _tokenizer(analysis: Analysis):
+    try:
+        return analysis.facts.vocab.tokenizer()
+    except StopdoctorError:
+        return None
+
+
+@check("SD403", "stop-string-unreliable", Severity.WARNING)
+def stop_string_unreliable(analysis: Analysis, self: Check):
+    """A stop string or stop id that will not fire where it should.
+
+    What it checks:
+    Request (and llama.cpp `-r`) stop strings that are one special token; `stop_token_ids` that
+    are ordinary tokens, probed with `probe_stop`: encoded after typical preceding texts, the id
+    often disappears into a merged token (" User" is one token, not " " + "User").
+
+    Why it matters:
+    vLLM matches stop strings on detokenized text, and by default (`skip_special_tokens=true`) a
+    special token never reaches that text: the stop string never matches. An id taken from
+    `encode("User")` misses wherever the tokenizer merges the word with what precedes it.
+
+    Example:
+    `"stop": ["<|im_end|>"]` sent to vLLM; `"stop_token_ids": [2724]` where 2724 is `User`.
+
+    Fix:
+    Stop on the special token's id (`stop_token_ids`), and on ordinary text with a stop string.
+
+    How the runtimes decide (source):
+    vLLM `SamplingParams` (`skip_special_tokens` defaults to True; stop strings are checked by the
+    detokenizer on the output text); stop ids are compared with each sampled token id.
+    """
+    serving = _serving(analysis)
+    if serving is None:
+        return
+    vocab = analysis.facts.vocab
+    if serving.kind in ("request", "vllm"):
+        for setting in serving.stop:
+            token_id = vocab.id_of(setting.value)
+            if token_id is not None and vocab.is_special(token_id):
+                yield self.finding(
+                    f"stop string {setting.value!r} is the special token {token_id}: servers that skip special tokens "
+                    f"in the output text (vLLM's default) never see it",
+                    f"use \"stop_token_ids\": [{token_id}]", serving.location(setting.key), stop=setting.value, id=token_id)
+    if not serving.stop_token_ids:
+        return
+    tokenizer = _tokenizer(analysis)
+    if tokenizer is None:
+        return
+    from stopdoctor.analysis.probe import probe_stop
+
+    for setting in serving.stop_token_ids:
+        token_id = setting.value
+        if vocab.knows(token_id) is False:
+            yield self.finding(f"stop_token_ids has {token_id}, outside the vocabulary (size {vocab.size})",
+                               "remove it", serving.location(setting.key), severity=Severity.ERROR, id=token_id)
+            continue
+        if vocab.is_special(token_id):
+            continue
+        text = tokenizer.decode([token_id], skip_special_tokens=False)
+        if not text:
+            continue
+        probe = probe_stop(tokenizer, [text], corpus=())[0]
+        if probe.standalone_ids == [token_id] and probe.id_match_misses:
+            yield self.finding(
+                f"stop_token_ids {token_id} is the ordinary token {text!r}; after typical text it is encoded otherwise, "
+                f"so the id misses in {probe.id_match_misses} of {len(probe.contexts)} contexts",
+                f"use the stop string {text.strip()!r} instead", serving.location(setting.key),
+                id=token_id, text=text, misses=probe.id_match_misses)
+
+
+@check("SD404", "stop-string-false-positive", Severity.WARNING)
+def stop_string_false_positive(analysis: Analysis, self: Check):
+    """A stop string (or ordinary stop id) that occurs inside ordinary answers.
+
+    What it checks:
+    Searches the probe's sample answers (transcripts, emails, code, markdown) for each stop
+    string, and for the text of each ordinary (non-special) stop id.
+
+    Why it matters:
+    Generation is cut where the stop first occurs: a stop "User:" ends every answer that quotes a
+    dialogue; a stop "\\n\\n" ends answers after their first paragraph.
+
+    Example:
+    `PARAMETER stop "User:"` or `"stop": ["###"]`.
+
+    Fix:
+    Stop on the end-of-turn token; if a text stop is needed, anchor it ("\\nUser:") or use the
+    template's user header.
+
+    How the runtimes decide (source):
+    Every runtime ends at the first occurrence of a stop string in the decoded output (vLLM
+    detokenizer stop check; Ollama runner `findStop`; llama.cpp server `find_stopping_strings`).
+    """
+    serving = _serving(analysis)
+    if serving is None:
+        return
+    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, _find_false_positives
+
+    vocab = analysis.facts.vocab
+    specials = set(vocab.special_tokens)
+    for setting in serving.stop:
+        if setting.value in specials:
+            continue
+        hits = _find_false_positives(setting.value, SAMPLE_ANSWERS)
+        if hits:
+            names = sorted({h.sample for h in hits})
+            yield self.finding(
+                f"stop string {setting.value!r} occurs {len(hits)} time(s) in {len(names)} of {len(SAMPLE_ANSWERS)} "
+                f"ordinary sample answers ({', '.join(names[:3])}): it would cut them short",
+                "stop on the end-of-turn token, or anchor the string to a line start", serving.location(setting.key),
+                stop=setting.value, samples=names, example=hits[0].excerpt)
+    tokenizer = _tokenizer(analysis) if serving.stop_token_ids else None
+    for setting in serving.stop_token_ids:
+        if tokenizer is None or vocab.is_special(setting.value) or vocab.knows(setting.value) is False:
+            continue
+        ids_hit = [name for name, text in SAMPLE_ANSWERS
+                   if setting.value in tokenizer.encode(text, add_special_tokens=False).ids]
+        if ids_hit:
+            yield self.finding(
+                f"stop_token_ids {setting.value} ({tokenizer.decode([setting.value])!r}) is an ordinary token found in "
+                f"{len(ids_hit)} of {len(SAMPLE_ANSWERS)} sample answers",
+                "stop on the end-of-turn token id instead", serving.location(setting.key),
+                id=setting.value, samples=ids_hit[:5])
+
+
+@check("SD405", "ignore-eos-set", Severity.ERROR)
+def ignore_eos_set(analysis: Analysis, self: Check):
+    """`ignore_eos` / `--ignore-eos` is on: the end-of-turn token no longer stops generation.
+
+    What it checks:
+    A request body's `"ignore_eos": true`, a llama.cpp server's `--ignore-eos`.
+
+    Why it matters:
+    Every answer runs to max_tokens: the model ends its turn, then writes fake turns. It is a
+    benchmarking switch, not a serving one.
+
+    Example:
+    `{"model": "m", "ignore_eos": true, "max_tokens": 2048}`.
+
+    Fix:
+    Remove it (`stopdoctor fix --serving FILE --write` sets a request's `ignore_eos` to false).
+
+    How the runtimes decide (source):
+    vLLM `SamplingParams.update_from_generation_config`: with `ignore_eos` the eos id is not kept
+    and the generation config's eos ids are not added to `stop_token_ids`. llama.cpp
+    `--ignore-eos` biases every end-of-generation token to -inf (common sampling setup).
+    """
+    serving = _serving(analysis)
+    if serving is None or serving.ignore_eos is None or not serving.ignore_eos.value:
+        return
+    yield self.finding(
+        f"{serving.ignore_eos.key} is set: generation ignores the end-of-turn and runs to the token limit",
+        f"remove {serving.ignore_eos.key}", serving.location(serving.ignore_eos.key))
+
+
+@check("SD406", "max-tokens-truncates", Severity.WARNING)
+def max_tokens_truncates(analysis: Analysis, self: Check):
+    """max_tokens (num_predict, -n) is too small for ordinary answers.
+
+    What it checks:
+    Tokenizes the probe's sample answers with the model's tokenizer and counts how many are
+    longer than the configured limit.
+
+    Why it matters:
+    Answers are cut mid-sentence ("stops too early"), and `finish_reason` is "length", which
+    clients often ignore.
+
+    Example:
+    `"max_tokens": 16`.
+
+    Fix:
+    Raise the limit; keep it as a runaway guard, not as the way answers end.
+
+    How the runtimes decide (source):
+    Every runtime stops at the limit whatever the text (vLLM `max_tokens`, Ollama `num_predict`,
+    llama.cpp `n_predict`); OpenAI's `max_completion_tokens` supersedes `max_tokens`.
+    """
+    serving = _serving(analysis)
+    if serving is None or serving.max_tokens is None or serving.max_tokens.value < 0:
+        return
+    limit = serving.max_tokens.value
+    tokenizer = _tokenizer(analysis)
+    if tokenizer is None:
+        return
+    from stopdoctor.analysis.probe import SAMPLE_ANSWERS
+
+    lengths = sorted(len(tokenizer.encode(text, add_special_tokens=False).ids) for _, text in SAMPLE_ANSWERS)
+    cut = sum(n > limit for n in lengths)
+    if not cut:
+        return
+    severity = Severity.WARNING if cut / len(lengths) > TINY_SHARE else Severity.INFO
+    yield self.finding(
+        f"{serving.max_tokens.key} {limit} cuts {cut} of {len(lengths)} ordinary sample answers "
+        f"(median {lengths[len(lengths) // 2]} tokens, longest {lengths[-1]})",
+        f"raise {serving.max_tokens.key} to at least {max(256, lengths[-1] * 2)}", serving.location(serving.max_tokens.key),
+        severity=severity, limit=limit, cut=cut, samples=len(lengths))
+
+
+@check("SD407", "serving-override-ignored", Severity.WARNING)
+def serving_override_ignored(analysis: Analysis, self: Check):
+    """vLLM `--override-generation-config` sets a stop key that vLLM never applies.
+
+    What it checks:
+    `eos_token_id`, `stop`, `stop_token_ids` in `--override-generation-config` (command line or
+    `--config` YAML).
+
+    Why it matters:
+    The operator believes stops are fixed; vLLM takes only sampling keys from the override, so the
+    model still runs away.
+
+    Example:
+    `--override-generation-config '{"eos_token_id": [128001, 128009]}'`.
+
+    Fix:
+    Put the ids in generation_config.json (`stopdoctor fix MODEL --write`), or serve with
+    `--generation-config DIR` pointing at a folder whose generation_config.json has them; per
+    request, send `stop_token_ids`.
+
+    How the runtimes decide (source):
+    vLLM `ModelConfig.get_diff_sampling_param` merges the override and keeps only
+    repetition_penalty, temperature, top_k, top_p, min_p and max_new_tokens; the stop ids come from
+    `try_get_generation_config`, which never sees the override.
+    """
+    serving = _serving(analysis)
+    if serving is None or serving.kind != "vllm" or serving.override_generation_config is None:
+        return
+    ignored = [k for k in serving.override_generation_config.value if k in VLLM_OVERRIDE_STOP_KEYS]
+    if ignored:
+        yield self.finding(
+            f"{serving.override_generation_config.key} sets {', '.join(ignored)}, which vLLM does not apply "
+            f"(it takes only {', '.join(VLLM_OVERRIDE_APPLIED)} from it)",
+            "put the stop ids in the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)",
+            serving.location(serving.override_generation_config.key), ignored=ignored)

@@ -1,0 +1,206 @@
+"""Effective stop ids: what each runtime would really stop on, computed from `ModelFacts`.
+
+Runtimes disagree, which is why a model can stop under one server and run away under another.
+The rules, as read from each runtime's source:
+
+- transformers `generate`: `generation_config.eos_token_id` (int or list). The generation config
+  is generation_config.json when it exists, else derived from config.json
+  (`GenerationConfig.from_model_config`, which also looks into `text_config`/`decoder`/`generator`).
+  The tokenizer's eos is never consulted (generation/utils.py `_prepare_special_tokens`).
+- vLLM: the tokenizer's eos id, plus every id of the generation config's `eos_token_id`
+  (`SamplingParams.update_from_generation_config` adds them as stop_token_ids); the generation
+  config comes from generation_config.json, else config.json (`try_get_generation_config`).
+  `--generation-config vllm` does not drop these ids: it only stops the generation config's
+  sampling defaults from being applied (`ModelConfig.get_diff_sampling_param`).
+- TGI: the generation config's `eos_token_id` when it is a list, else the tokenizer's eos
+  (router `HubTokenizerConfig`/`GenerationConfig` handling in launcher/router).
+- llama.cpp (and Ollama, which runs it): every end-of-generation (EOG) id, computed as
+  llama-vocab.cpp does (see `LLAMA_CPP_EOG_TEXTS`). For an HF folder this is what
+  `convert_hf_to_gguf.py` would produce: eos from the tokenizer config (config.json as fallback),
+  then the same rule over the vocabulary.
+
+Imports: model, facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stopdoctor.facts.model_facts import DeclaredId, ModelFacts
+from stopdoctor.core.types import Location
+
+RUNTIMES = ("transformers", "vllm", "tgi", "llama.cpp")
+
+# llama.cpp's end-of-generation (EOG) rule, from src/llama-vocab.cpp (`llama_vocab::impl::load`,
+# the llama.cpp vendored by llama-cpp-python 0.3.36). Tokens are looked up by exact text among ALL
+# tokens (`token_to_id`), whatever their type:
+# 1. eot/eom/fim ids come from the GGUF keys (tokenizer.ggml.eot_token_id, ...eom_token_id,
+#    ...fim_pad/rep/sep_token_id); a missing one is auto-detected by text (the *_TEXTS below).
+# 2. EOG = {fim_pad, fim_rep, fim_sep} ∪ {every token whose text is on LLAMA_CPP_EOG_TEXTS}
+#    ∪ {eos, eot, eom} (the "sanity checks" add them when missing).
+# 3. When EOG holds <|return|> and <|call|> (gpt-oss), or <|calls|> and <|flush|> (solar-open),
+#    <|end|> is removed: it ends a message inside a turn there.
+# 4. When EOG holds <|tool_response> or <|plamo:eos|>, </s> is removed (a normal token there).
+LLAMA_CPP_EOG_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+)
+LLAMA_CPP_EOT_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+)
+LLAMA_CPP_EOM_TEXTS = ("<|eom_id|>",)
+LLAMA_CPP_FIM_EOG_TEXTS = {  # fim ids that are also EOG, and the texts that auto-detect them
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+# llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
+LLAMA_CPP_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
+
+
+@dataclass(frozen=True)
+class StopId:
+    id: int
+    text: str | None
+    location: Location
+
+
+@dataclass(frozen=True)
+class RuntimeStops:
+    runtime: str
+    stops: tuple[StopId, ...]
+    rule: str  # how this runtime chose them, in one sentence
+    complete: bool = True  # False when a file this runtime reads is absent or names an unknown token
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted({s.id for s in self.stops})
+
+
+def _stop_ids(declared: list[DeclaredId]) -> list[StopId]:
+    return [StopId(d.id, d.text, d.location) for d in declared if d.id is not None]
+
+
+def generation_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """The eos ids of the generation config transformers and vLLM would build."""
+    if "generation_config.json" in facts.documents:
+        return facts.declared_for("eos", "generation_config.json")
+    top = [d for d in facts.declared_for("eos", "config.json") if "." not in (d.location.key or "")]
+    return top or facts.declared_for("eos", "config.json")
+
+
+def tokenizer_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """The eos a tokenizer object reports (`tokenizer.eos_token_id`)."""
+    for file in facts.tokenizer_files:
+        declared = facts.declared_for("eos", file)
+        if declared:
+            return [d for d in declared[:1] if d.id is not None]
+    return []
+
+
+def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
+    if facts.is_gguf:
+        return _gguf_stops(facts)
+    generation = generation_eos(facts)
+    tokenizer = tokenizer_eos(facts)
+    generation_known = "generation_config.json" in facts.documents or "config.json" in facts.documents
+    declared_tokenizer = [d for f in ("tokenizer_config.json", "special_tokens_map.json") for d in facts.declared_for("eos", f)]
+    tokenizer_known = bool(tokenizer) or (not declared_tokenizer and "tokenizer_config.json" in facts.documents)
+    gen_file = "generation_config.json" if "generation_config.json" in facts.documents else "config.json"
+    gen_is_list = isinstance(facts.documents.get("generation_config.json", {}).get("eos_token_id"), list)
+    out = [
+        RuntimeStops("transformers", tuple(_stop_ids(generation)), f"{gen_file} eos_token_id only", generation_known),
+        RuntimeStops("vllm", tuple(dedupe(_stop_ids(tokenizer) + _stop_ids(generation))),
+                     f"tokenizer eos plus {gen_file} eos_token_id", generation_known and tokenizer_known),
+        RuntimeStops(
+            "tgi",
+            tuple(_stop_ids(generation) if gen_is_list else _stop_ids(tokenizer)),
+            "generation_config.json eos_token_id (a list)" if gen_is_list else "tokenizer eos (generation_config eos is not a list)",
+            True if gen_is_list else tokenizer_known,
+        ),
+    ]
+    converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
+    out.append(RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, _stop_ids(converted))),
+                            "after convert_hf_to_gguf: tokenizer eos plus llama.cpp's end-of-generation rule",
+                            tokenizer_known or bool(converted)))
+    return out
+
+
+def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
+    eos = _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
+    rule = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
+    return [
+        RuntimeStops("transformers", tuple(eos), rule),
+        RuntimeStops("vllm", tuple(eos), rule),
+        RuntimeStops("tgi", tuple(eos), rule),
+        RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, eos)),
+                     "llama.cpp end-of-generation set: GGUF eos/eot/eom ids, fim pad/repo/sep ids, tokens on its EOG text list"),
+    ]
+
+
+def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
+    """The end-of-generation ids llama.cpp computes (see the rule above LLAMA_CPP_EOG_TEXTS)."""
+    vocab = facts.vocab
+    size = vocab.size
+
+    def in_vocab(stops: list[StopId]) -> list[StopId]:  # llama.cpp ignores a key out of the vocabulary
+        return [s for s in stops if size is None or 0 <= s.id < size]
+
+    every_text = LLAMA_CPP_EOG_TEXTS + LLAMA_CPP_EOT_TEXTS + LLAMA_CPP_EOM_TEXTS + tuple(
+        t for texts in LLAMA_CPP_FIM_EOG_TEXTS.values() for t in texts)
+    ids_by_text = vocab.exact_ids(dict.fromkeys(every_text))
+
+    def by_text(texts: tuple[str, ...], why: str, first_only: bool) -> list[StopId]:
+        found = []
+        for text in texts:
+            token_id = ids_by_text.get(text)
+            if token_id is not None:
+                found.append(StopId(token_id, text, Location(why)))
+                if first_only:
+                    break
+        return found
+
+    eos = in_vocab(eos)
+    header = vocab.gguf_header
+    if not eos and facts.is_gguf and header is not None:
+        default = LLAMA_CPP_DEFAULT_EOS.get(header.tokenizer_model or "")
+        if default is not None and (size is None or default < size):
+            eos = [StopId(default, vocab.text_of(default), Location("llama.cpp default eos of this tokenizer model"))]
+    eot = in_vocab(_stop_ids(facts.declared_for("eot"))) or by_text(LLAMA_CPP_EOT_TEXTS, "llama.cpp end-of-turn auto-detection", True)
+    eom = in_vocab(_stop_ids(facts.declared_for("eom"))) or by_text(LLAMA_CPP_EOM_TEXTS, "llama.cpp end-of-message auto-detection", True)
+    fim: list[StopId] = []
+    for role, texts in LLAMA_CPP_FIM_EOG_TEXTS.items():
+        fim += (in_vocab(_stop_ids(facts.declared_for(role)))
+                or by_text(texts, f"llama.cpp {role.replace('_', ' ')} auto-detection (end-of-generation)", True))
+    listed = by_text(LLAMA_CPP_EOG_TEXTS, "llama.cpp end-of-generation list", False)
+    eog = dedupe(eos + eot + eom + fim + listed)
+
+    def text(stop: StopId) -> str | None:
+        return stop.text or vocab.text_of(stop.id)
+
+    texts = {text(s) for s in eog}
+    if {"<|return|>", "<|call|>"} <= texts or {"<|calls|>", "<|flush|>"} <= texts:
+        eog = [s for s in eog if text(s) != "<|end|>"]
+    if texts & {"<|tool_response>", "<|plamo:eos|>"}:
+        eog = [s for s in eog if text(s) != "</s>"]
+    return eog
+
+
+def primary_runtime(facts: ModelFacts) -> str:
+    """The runtime a model's own format runs in: llama.cpp for GGUF, transformers for HF folders.
+    Its stop ids are the ones reported as "effective"."""
+    return "llama.cpp" if facts.is_gguf else "transformers"
+
+
+def dedupe(stops: list[StopId]) -> list[StopId]:
+    """First declaration of each id wins (it is the one whose file is cited)."""
+    seen: set[int] = set()
+    out = []
+    for stop in stops:
+        if stop.id not in seen:
+            seen.add(stop.id)
+            out.append(stop)
+    return out

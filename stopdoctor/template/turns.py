@@ -1,0 +1,577 @@
+"""Turn structure: what a chat template writes around each message, learnt by rendering sentinel
+conversations in the sandbox, never from a list of known model families.
+
+Imports: the standard library, `stopdoctor.template.sandbox` and `stopdoctor.core.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from stopdoctor.core.errors import TemplateError
+from stopdoctor.template.sandbox import RenderLimits, TemplateIgnoresMessages, TemplateLimitError, render_chat
+
+# --------------------------------------------------------------------------------------------
+# Learning a template's turn structure from sentinel conversations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndOfTurnMarker:
+    """What ends an assistant turn: usually the token a template writes right after assistant
+    content; for templates with no closing token, the header of the turn that follows."""
+
+    text: str  # e.g. "<|im_end|>", "<end_of_turn>", "</s>", or "<|user|>" for a next-header template
+    trailing: str  # whitespace written after the marker before the next turn, e.g. "\n"
+    evidence: str  # e.g. 'after assistant content the template writes "<|im_end|>\n"'
+    kind: str = "token"  # "token" (a closing token) | "header" (the next turn's header) | "text" (plain text)
+
+
+# How a template ends an assistant turn:
+# - "token": a closing token after the content (ChatML <|im_end|>, Llama-3 <|eot_id|>)
+# - "only-when-followed": the close is written only when another turn follows (Apertus)
+# - "next-header": nothing closes it; the next role header does (GLM-4 <|user|>, <|observation|>)
+# - "whitespace": only whitespace follows the content before a plain-text header ("\n\nUser:")
+# - "none": nothing at all follows assistant content
+STYLES = ("token", "only-when-followed", "next-header", "whitespace", "none")
+
+
+@dataclass(frozen=True)
+class TurnStructure:
+    """Everything learnt about a template's turns; see `analyze_turns`."""
+
+    end_of_turn: tuple[EndOfTurnMarker, ...]
+    style: str
+    close: str  # the whole text written after assistant content, before the next turn opens
+    # earlier special tokens of the close ('<|end|>' of '<|end|><|endoftext|>'): a runtime stopping
+    # on one of them also ends the turn, but none is suggested
+    also_ends: tuple[EndOfTurnMarker, ...] = ()
+    headers: dict[str, str] = field(default_factory=dict)  # role → text written before its content
+    openers: frozenset[str] = frozenset()  # tokens that open a turn (<|im_start|>, <|start_header_id|>)
+    inner: frozenset[str] = frozenset()  # special tokens written inside an assistant turn
+    content_as_parts: bool = False  # the template only reads content given as a list of parts
+    needs_tools: bool = False  # the template only renders with a tools list
+
+    def header_tokens(self, known: Iterable[str]) -> frozenset[str]:
+        """Special tokens written in any turn header, plus the openers; never the close's own
+        tokens (a header learnt after a default system turn may begin with that turn's close)."""
+        known = sorted(set(known), key=len, reverse=True)
+        closes = set(_pieces(self.close, known)) | {m.text for m in (*self.end_of_turn, *self.also_ends) if m.kind == "token"}
+        texts = set(self.openers)
+        for header in self.headers.values():
+            texts |= {p for p in _pieces(header, known) if p in known and p.strip()}
+        return frozenset(texts - closes)
+
+
+# Sentinels: plain alphanumerics that survive |trim, |lower is not common enough to plan for.
+_SYS, _U1, _A1, _U2 = "sdSentSys7q", "sdSentUsrOne7q", "sdSentAstOne7q", "sdSentUsrTwo7q"
+_THINK, _TOOL, _TOOL_NAME = "sdSentThink7q", "sdSentTool7q", "get_weather"
+_BOS = "sdSentBos7q"
+# A tool for templates that iterate `tools` without a guard (Hermes-2-Pro tool_use, Command R+).
+_SAMPLE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": _TOOL_NAME,
+        "description": "Get the weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city."}},
+                       "required": ["city"]},
+    },
+}
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How sentinel conversations are given to a template: content as a string or as a list of
+    text parts (MiniMax, many VLM templates), with or without a tools list."""
+
+    parts: bool = False
+    tools: bool = False
+
+
+_SHAPES = (_Shape(), _Shape(parts=True), _Shape(tools=True), _Shape(parts=True, tools=True))
+# The limits and shape of the find_* call in progress, so the helpers below need not pass them around.
+_SENTINEL_LIMITS: ContextVar[RenderLimits] = ContextVar("stopdoctor_sentinel_limits", default=RenderLimits())
+_SENTINEL_SHAPE: ContextVar[_Shape] = ContextVar("stopdoctor_sentinel_shape", default=_Shape())
+_SENTINEL_EXTRA: ContextVar[dict[str, str]] = ContextVar("stopdoctor_sentinel_extra")
+_UNDEFINED_RE = re.compile(r"'(\w{1,40})' is undefined")
+_RESERVED_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt", "message", "loop"})
+# A rough tokenisation for comparing the text around turns when no vocabulary is given:
+# chat-control-looking tags, bracket tags, whitespace runs, words, single characters.
+_PIECE_RE = re.compile(r"<\|[^|<>]*\|>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]|\s+|[^\s<\[]+|.", re.S)
+
+
+@contextmanager
+def _probing(source: str, special_tokens: Mapping[str, str] | None, limits: RenderLimits) -> Iterator[_Shape]:
+    """Set the limits, then the first conversation shape under which the template writes both a
+    user and an assistant message."""
+    token = _SENTINEL_LIMITS.set(limits)
+    shape_token = _SENTINEL_SHAPE.set(_Shape())
+    extra_token = _SENTINEL_EXTRA.set({})
+    try:
+        chosen = _Shape()
+        for shape in _SHAPES:
+            _SENTINEL_SHAPE.set(shape)
+            if any(_writes_messages(source, special_tokens, prefix) for prefix in ([], [_system()])):
+                chosen = shape
+                break
+        _SENTINEL_SHAPE.set(chosen)
+        yield chosen
+    finally:
+        _SENTINEL_EXTRA.reset(extra_token)
+        _SENTINEL_SHAPE.reset(shape_token)
+        _SENTINEL_LIMITS.reset(token)
+
+
+def _writes_messages(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> bool:
+    text = _try_render(source, [*prefix, _user(_U1), _assistant(_A1)], special_tokens)
+    return text is not None and _U1 in text and _A1 in text
+
+
+def _system() -> dict:
+    return {"role": "system", "content": _SYS}
+
+
+def _user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str, **extra: str) -> dict:
+    return {"role": "assistant", "content": text, **extra}
+
+
+def _as_parts(message: dict) -> dict:
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": [{"type": "text", "text": content}]}
+    return message
+
+
+def _try_render(source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
+                add_generation_prompt: bool = False, optional: bool = False) -> str | None:
+    """Render, or None when the template rejects this conversation shape. Limit and sandbox
+    errors are not a matter of shape: they propagate, except from an `optional` probe (a tool
+    call, reasoning, a tool role), which only refines what the plain conversation showed."""
+    shape = _SENTINEL_SHAPE.get()
+    if shape.parts:
+        messages = [_as_parts(m) for m in messages]
+    extra = _SENTINEL_EXTRA.get(None)
+    if extra is None:
+        extra = {}
+    for _ in range(4):
+        try:
+            return render_chat(source, messages, add_generation_prompt=add_generation_prompt,
+                               special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get(),
+                               tools=[_SAMPLE_TOOL] if shape.tools else None, extra=extra or None)
+        except TemplateLimitError:
+            if optional:
+                return None
+            raise
+        except TemplateError as exc:
+            if "syntax error" in exc.message:
+                raise
+            # A template that needs a variable of its own (firefunction's `functions`, `datetime`)
+            # is rendered with it empty, as a caller passing it would.
+            missing = _UNDEFINED_RE.search(exc.message)
+            if (missing is None or missing.group(1) in extra or missing.group(1) in _RESERVED_NAMES
+                    or missing.group(1).endswith("_token")):  # a special token the model lacks: a real failure
+                return None
+            extra[missing.group(1)] = ""
+    return None
+
+
+def _pieces(text: str, known: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        for special in known:
+            if text.startswith(special, i):
+                out.append(special)
+                i += len(special)
+                break
+        else:
+            match = _PIECE_RE.match(text, i)
+            # Stop plain-text runs at the start of a known special token.
+            piece = match.group(0)
+            for special in known:
+                cut = piece.find(special)
+                if cut > 0:
+                    piece = piece[:cut]
+            out.append(piece)
+            i += len(piece)
+    return out
+
+
+def _common_prefix(a: str, b: str, known: list[str]) -> str:
+    pa, pb = _pieces(a, known), _pieces(b, known)
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(out)
+
+
+def _between(text: str, start: str, end: str | None) -> str | None:
+    at = text.rfind(start)
+    if at < 0:
+        return None
+    after = at + len(start)
+    if end is None:
+        return text[after:]
+    stop = text.find(end, after)
+    return text[after:stop] if stop >= 0 else None
+
+
+def _known_texts(special_tokens: Mapping[str, str] | None, known_special_texts: Iterable[str]) -> list[str]:
+    known = {t for t in known_special_texts if t}
+    known |= {str(v) for v in (special_tokens or {}).values() if v}
+    return sorted(known, key=len, reverse=True)  # longest first: a token before its prefixes
+
+
+def _with_bos_sentinel(special_tokens: Mapping[str, str] | None) -> dict[str, str] | None:
+    """Swap the bos text for a sentinel, so a header can tell the `bos_token` variable apart from
+    the same text written literally (SmolLM2's bos is "<|im_start|>")."""
+    if not special_tokens or not special_tokens.get("bos_token"):
+        return dict(special_tokens) if special_tokens else None
+    return {**special_tokens, "bos_token": _BOS}
+
+
+def _text_before(source: str, special_tokens: Mapping[str, str] | None, messages: list[dict],
+                 sentinel: str, after: str | None = None) -> str | None:
+    """What the template writes before `sentinel` (and after `after`), less a leading bos_token."""
+    text = _try_render(source, messages, _with_bos_sentinel(special_tokens))
+    if text is None or sentinel not in text:
+        return None
+    before = text[: text.find(sentinel)]
+    if after is not None:
+        at = before.rfind(after)
+        before = before[at + len(after):] if at >= 0 else before
+    return before.removeprefix(_BOS)
+
+
+def _user_header_from(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
+    """Text before the first user message's content, less any bos token."""
+    return _text_before(source, special_tokens, [*prefix, _user(_U1)], _U1,
+                        after=_SYS if prefix else None)
+
+
+def _first_special(text: str | None, known: list[str], skip: str | None = None) -> str | None:
+    """The first non-whitespace piece of `text` when it is a known special token (after `skip`,
+    a bos written literally)."""
+    if not text:
+        return None
+    for piece in _pieces(text, known):
+        if piece.strip() and piece != skip:
+            return piece if piece in known else None
+    return None
+
+
+def _cut_at_opener(text: str, openers: frozenset[str], known: list[str]) -> str:
+    """The text up to the first token that opens a turn: what closes the turn, without the
+    role-independent start of the next header (`<|start_header_id|>`, `<|im_start|>`)."""
+    out = []
+    for piece in _pieces(text, known):
+        if piece in openers:
+            break
+        out.append(piece)
+    return "".join(out)
+
+
+def _openers(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+             prefix: list[dict], generation_prompt: str | None) -> frozenset[str]:
+    """Special tokens that open every turn, whatever its role: the first token of the generation
+    prompt (`<|im_start|>`, `<|start_header_id|>`, or GLM's `<|assistant|>`), and the first token
+    of the system and user headers when both begin with the same one (a template that ignores
+    add_generation_prompt). Written right after every close, they are never part of it."""
+    bos = (special_tokens or {}).get("bos_token")
+    found = set()
+    first = _first_special(generation_prompt, known, skip=bos)
+    if first is not None:
+        found.add(first)
+    system = _first_special(_text_before(source, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
+    user = _first_special(_text_before(source, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
+    if system is not None and system == user:
+        found.add(system)
+    return frozenset(found)
+
+
+def _generation_prompt(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
+    plain = _try_render(source, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=False)
+    prompted = _try_render(source, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=True)
+    if plain is not None and prompted is not None and prompted.startswith(plain):
+        return prompted[len(plain):]
+    return None
+
+
+def _inner_tokens(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+                  prefix: list[dict], openers: frozenset[str], close: str) -> frozenset[str]:
+    """Special tokens written inside an assistant turn, between its opening and its content:
+    thinking tags, channel markers, response delimiters. Rendered with and without reasoning."""
+    inner: set[str] = set()
+    user_close = _between(_try_render(source, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
+    for assistant in (_assistant(_A1), _assistant(_A1, reasoning_content=_THINK)):
+        text = _try_render(source, [*prefix, _user(_U1), assistant], special_tokens, optional=True)
+        span = _between(text, _U1, _A1) if text is not None else None
+        if span is None:
+            continue
+        pieces = _pieces(span, known)
+        start = next((i for i, p in enumerate(pieces) if p in openers), None)
+        if start is None:  # no opener: skip what the user turn writes after its content anyway
+            start = len(_pieces(_common_prefix(user_close, span, known), known))
+        inner |= {p for p in pieces[start + 1:] if p in known and p.strip() and p not in openers}
+    # A token after which the turn still writes a tool call (Cohere <|END_TEXT|> before
+    # <|START_ACTION|>) closes a segment, not the turn.
+    call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
+    text = _try_render(source, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
+    after = _between(text, _A1, None) if text is not None else None
+    if after and _TOOL_NAME in after:
+        before_call = after[: after.rfind(_TOOL_NAME)]
+        # the call must be in the same turn: no opener before it, and not after the usual close
+        # (GigaChat writes the call as a message of its own after <|message_sep|>)
+        same_turn = _cut_at_opener(before_call, openers, known) == before_call
+        if same_turn and not (close.strip() and before_call.startswith(close)):
+            inner |= {p for p in _pieces(before_call, known) if p in known and p.strip()}
+    return frozenset(inner)
+
+
+def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header: str | None) -> list[tuple[str, str]]:
+    """The special tokens of a close text that may end a turn, in order: not whitespace, not
+    written inside turns. The last is what the turn ends with ('<|END_RESPONSE|><|END_OF_TURN_TOKEN|>'
+    → END_OF_TURN). Without known special tokens, the first non-whitespace run, unless that is
+    the next user header ("\n\nUSER: " closes nothing: it opens the next turn)."""
+    pieces = _pieces(close, known)
+    markers = []
+    for i, piece in enumerate(pieces):
+        if piece in known and piece.strip() and piece not in inner and all(piece != m for m, _ in markers):
+            after = pieces[i + 1] if i + 1 < len(pieces) and pieces[i + 1].isspace() else ""
+            markers.append((piece, after))
+    if markers or any(p in known and p.strip() for p in pieces):
+        return markers  # only inner tokens: none of them may end a turn
+    match = re.match(r"\s*(\S+)(\s*)", close)
+    if match is None or (user_header and match.group(1) in user_header):
+        return []
+    return [(match.group(1), match.group(2))]
+
+
+def _common_suffix(a: str, b: str, known: list[str]) -> str:
+    pa, pb = _pieces(a, known), _pieces(b, known)
+    out: list[str] = []
+    for x, y in zip(reversed(pa), reversed(pb)):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(reversed(out))
+
+
+def analyze_turns(
+    source: str,
+    special_tokens: Mapping[str, str] | None = None,
+    known_special_texts: Iterable[str] = (),
+    *,
+    limits: RenderLimits = RenderLimits(),
+) -> TurnStructure:
+    """Learn how the template ends an assistant turn, by rendering sentinel conversations.
+
+    The close is what follows assistant content when the conversation ends there and when a user
+    turn follows, cut where the next turn opens; their common part is the end-of-turn. A final
+    turn closed differently from earlier ones (gpt-oss `<|return|>` vs `<|end|>`) is closed with
+    the final form: that is what generation ends with. Pass the model's special tokens: templates
+    write `eos_token` by variable, and without it the variable renders empty.
+    Raises TemplateError when no conversation shape renders, or on a sandbox/limit violation.
+    """
+    known = _known_texts(special_tokens, known_special_texts)
+    with _probing(source, special_tokens, limits) as shape:
+        return _analyze(source, special_tokens, known, shape)
+
+
+def _analyze(source: str, special_tokens: Mapping[str, str] | None, known: list[str], shape: _Shape) -> TurnStructure:
+    u1, a1, u2 = _user(_U1), _assistant(_A1), _user(_U2)
+    for prefix in ([], [_system()]):
+        end = _try_render(source, [*prefix, u1, a1], special_tokens)
+        mid = _try_render(source, [*prefix, u1, a1, u2], special_tokens)
+        after_end = _between(end, _A1, None) if end is not None else None
+        after_mid = _between(mid, _A1, _U2) if mid is not None else None
+        if after_end is not None or after_mid is not None:
+            break
+    else:
+        # Every shape was rejected: surface the template's own reason for the simplest one.
+        render_chat(source, [u1, a1], special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get())
+        raise TemplateIgnoresMessages("chat template renders no user/assistant conversation: the messages never appear in its output",
+                                      "a chat template must write each message's content")
+
+    generation_prompt = _generation_prompt(source, special_tokens, prefix)
+    openers = _openers(source, special_tokens, known, prefix, generation_prompt)
+    headers = _headers(source, special_tokens, known, openers)
+    close_end = _cut_at_opener(after_end, openers, known) if after_end is not None else None
+    close_mid = _cut_at_opener(after_mid, openers, known) if after_mid is not None else None
+    if close_mid:
+        # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
+        # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
+        first_user = _text_before(source, special_tokens, [*prefix, u1], _U1)
+        header = _common_suffix(close_mid, first_user or "", known)
+        if header.strip():
+            close_mid = close_mid[: len(close_mid) - len(header)]
+
+    style, close = "token", ""
+    if close_end and close_end.strip() and close_mid and close_mid.strip():
+        common = _common_prefix(close_end, close_mid, known)
+        close = common if common.strip() else close_end
+    elif close_end and close_end.strip():
+        close = close_end
+    elif close_mid and close_mid.strip():
+        close, style = close_mid, "only-when-followed"
+    inner = _inner_tokens(source, special_tokens, known, prefix, openers, close)
+    evidence = f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}"
+    found = [EndOfTurnMarker(text, trailing, evidence) for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
+    markers, also = found[-1:], found[:-1]
+    if not markers:
+        style, markers = _headerish_end(source, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
+                                        inner | openers)
+    return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, shape.parts, shape.tools)
+
+
+def _headerish_end(source: str, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
+                   close: str, excluded: frozenset[str]) -> tuple[str, list[EndOfTurnMarker]]:
+    """No closing token: the turn ends where the next one opens with a role's own token (GLM-4:
+    `<|user|>`, `<|observation|>`), or at a plain-text header after whitespace, or nowhere. A
+    token that opens every turn (`<|im_start|>`) or is written inside turns is never one."""
+    following = [("user", after_mid)]
+    for role in ("tool", "observation"):  # GLM calls the tool role "observation"
+        tool = _try_render(source, [_user(_U1), _assistant(_A1), {"role": role, "content": _TOOL}], special_tokens, optional=True)
+        following.append((role, _between(tool, _A1, _TOOL) if tool is not None else None))
+    markers: list[EndOfTurnMarker] = []
+    for role, text in following:
+        first = _first_special(text, known)
+        if first is not None and first not in excluded and all(m.text != first for m in markers):
+            evidence = f"nothing closes an assistant turn; the next {role} turn opens with {json.dumps(text, ensure_ascii=False)}"
+            markers.append(EndOfTurnMarker(first, "", evidence, kind="header"))
+    if markers:
+        return "next-header", markers
+    if after_mid and after_mid.strip() and (close.isspace() or after_mid[:1].isspace()):
+        header = after_mid.strip().splitlines()[0]
+        evidence = f"only whitespace closes an assistant turn; the next turn opens with {json.dumps(after_mid, ensure_ascii=False)}"
+        return "whitespace", [EndOfTurnMarker(header, "", evidence, kind="text")]
+    return "none", []
+
+
+def render_in_shape(turns: TurnStructure, source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
+                    add_generation_prompt: bool = False) -> str:
+    """Render `messages` in the conversation shape the template was found to need (content as
+    parts, a sample tools list), so a check sees what the template writes for a real caller."""
+    if turns.content_as_parts:
+        messages = [_as_parts(m) for m in messages]
+    return render_chat(source, messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens,
+                       tools=[_SAMPLE_TOOL] if turns.needs_tools else None)
+
+
+def find_end_of_turn(
+    source: str,
+    special_tokens: Mapping[str, str] | None = None,
+    known_special_texts: Iterable[str] = (),
+    *,
+    limits: RenderLimits = RenderLimits(),
+) -> list[EndOfTurnMarker]:
+    """The marker(s) that end an assistant turn (see `analyze_turns`). Empty when the template
+    writes nothing there (it never closes the turn)."""
+    return list(analyze_turns(source, special_tokens, known_special_texts, limits=limits).end_of_turn)
+
+
+def find_turn_headers(source: str, special_tokens: Mapping[str, str] | None = None, *,
+                      limits: RenderLimits = RenderLimits()) -> dict[str, str]:
+    """role → text the template writes right before that role's content.
+
+    The user header is taken from a second user turn (what follows a closed assistant turn, the
+    thing a runaway model hallucinates); the assistant header from the generation prompt when the
+    template has one. Roles the template rejects are left out.
+    """
+    known = _known_texts(special_tokens, ())
+    with _probing(source, special_tokens, limits):
+        return _find_turn_headers(source, special_tokens, known)
+
+
+def _find_turn_headers(source: str, special_tokens: Mapping[str, str] | None, known: list[str]) -> dict[str, str]:
+    generation_prompt = _generation_prompt(source, special_tokens, [])
+    return _headers(source, special_tokens, known, _openers(source, special_tokens, known, [], generation_prompt))
+
+
+def _headers(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+             openers: frozenset[str]) -> dict[str, str]:
+    u1, a1, u2 = _user(_U1), _assistant(_A1), _user(_U2)
+    headers: dict[str, str] = {}
+
+    mid = _try_render(source, [u1, a1, u2], special_tokens)
+    if mid is not None:
+        between = _between(mid, _A1, _U2)
+        if between is not None:
+            close = _cut_at_opener(between, openers, known)
+            end = _try_render(source, [u1, a1], special_tokens)
+            after_end = _between(end, _A1, None) if end is not None else None
+            if not openers and after_end:  # no opener to cut at: the part shared with the final close
+                close = _common_prefix(after_end, between, known)
+            headers["user"] = between[len(close):]
+    if "user" not in headers:
+        first = _user_header_from(source, special_tokens, [])
+        if first is not None:
+            headers["user"] = first
+
+    plain = _try_render(source, [u1], special_tokens, add_generation_prompt=False)
+    prompted = _try_render(source, [u1], special_tokens, add_generation_prompt=True)
+    pair = _try_render(source, [u1, a1], special_tokens)
+    between_ua = _between(pair, _U1, _A1) if pair is not None else None
+    gen_prompt = None
+    if plain is not None and prompted is not None and prompted.startswith(plain):
+        gen_prompt = prompted[len(plain):]
+    if gen_prompt and (between_ua is None or between_ua.endswith(gen_prompt)):
+        headers["assistant"] = gen_prompt
+    elif between_ua is not None and plain is not None:
+        user_close = _between(plain, _U1, None) or ""
+        header = between_ua[len(_common_prefix(user_close, between_ua, known)):]
+        if not header and openers:  # the template writes the assistant header after every turn
+            pieces = _pieces(between_ua, known)
+            at = next((i for i, p in enumerate(pieces) if p in openers), None)
+            header = "".join(pieces[at:]) if at is not None else ""
+        headers["assistant"] = header
+
+    system = _text_before(source, special_tokens, [_system(), u1], _SYS)
+    if system is not None:
+        headers["system"] = system
+    return headers
+
+
+_BOS_SENTINEL = "\x00stopdoctor-bos\x00"
+
+
+def template_writes_bos(source: str, bos_token: str | None, special_tokens: Mapping[str, str] | None = None, *,
+                        limits: RenderLimits = RenderLimits()) -> bool:
+    """True when the rendered prompt starts with bos (so a tokenizer that also adds BOS doubles
+    it): through the `bos_token` variable (seen by swapping in a sentinel), or written literally,
+    unless that literal is only a turn header that begins with the bos text (SmolLM2's bos is
+    `<|im_start|>`)."""
+    if not bos_token:
+        return False
+    specials = {**(special_tokens or {}), "bos_token": bos_token}
+    with _probing(source, specials, limits):
+        text = _first_render(source, {**specials, "bos_token": _BOS_SENTINEL})
+        if text is None:
+            return False
+        if text.startswith(_BOS_SENTINEL):
+            return True
+        if not text.startswith(bos_token):
+            return False
+        headers = _find_turn_headers(source, specials, _known_texts(specials, ()))
+        return not any(header.startswith(bos_token) for header in headers.values())
+
+
+def _first_render(source: str, special_tokens: Mapping[str, str]) -> str | None:
+    """The first of a few simple conversations the template accepts, rendered."""
+    user = _user(_U1)
+    for messages, prompt in (([user], True), ([user], False), ([user, _assistant(_A1)], False)):
+        text = _try_render(source, messages, special_tokens, add_generation_prompt=prompt)
+        if text is not None:
+            return text
+    return None
