@@ -1,25 +1,36 @@
-"""Plain functions that run the pipeline and return results. No printing, no exiting.
+"""The public Python API: one plain function per command, each returning a result object. No
+printing, no exiting; errors are `stopdoctor.core.errors.StopdoctorError` (one line, a hint).
 
-Imports: source, facts, analysis, checks, report.
+    from stopdoctor import api
+    result = api.inspect_model("path/to/model")        # or a hub id, or a .gguf file
+    for finding in result.findings:
+        print(finding.code, finding.message, finding.fix)
+    report = api.inspect_report(result)                # what every reporter takes
+    report.exit_code()                                 # 0 clean, 1 findings at/above fail-on
+
+Everything outside this module, `stopdoctor.gate.run_gate` and `stopdoctor.config.load_settings`
+is internal and may change between versions.
+Imports: every stage below it (facts, template, analysis, actions, rules); never reporters or cli.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis, analyze
-from stopdoctor.rules.runner import run_checks
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.findings import Finding, Report, Severity, Subject
+from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_facts
-from stopdoctor.core.types import ModelSource
-from stopdoctor.core.findings import Finding
+from stopdoctor.facts.resolve import resolve
+from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput
+from stopdoctor.rules.runner import rules_for, run_rules
 from stopdoctor.runtimes.stops import primary_runtime
 from stopdoctor.template.sandbox import render_deadline
-from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.facts.resolve import resolve
 
 # What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
 EXPECTED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
@@ -45,24 +56,58 @@ class InspectResult:
 
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
+    """A model spec (folder, .gguf file, hub id) read into facts; nothing derived yet."""
     return load_facts(resolve(spec, revision))
 
 
-def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
-    """Run the SD4xx checks on a model and the serving configuration deployed with it: the
-    registered functions, with the config attached to a copy of the analysis (on a plain model
-    analysis they see no `serving` attribute and yield nothing)."""
-    wrapped = copy.copy(analysis)
-    wrapped.serving = serving  # type: ignore[attr-defined]
-    return run_checks(wrapped, prefix="SD4")
+def _located(facts: ModelFacts | None, findings: Iterable[Finding]) -> list[Finding]:
+    """Findings whose location names a key of a model file, with the key's line filled in."""
+    if facts is None:
+        return list(findings)
+    return [replace(f, location=facts.locate(f.location)) if f.location is not None else f for f in findings]
+
+
+def model_findings(analysis: Analysis) -> list[Finding]:
+    """The model rules (SD1xx-SD3xx) on an analysed model, lines resolved."""
+    return _located(analysis.facts, run_rules(analysis))
 
 
 def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
+    """`stopdoctor inspect`: read a model's files, analyse them, run the model rules."""
     facts = load(spec, revision)
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
-        findings = run_checks(analysis)
+        findings = model_findings(analysis)
     return InspectResult(facts.source, facts, analysis, findings)
+
+
+def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
+    """The serving rules (SD4xx) on a model and one serving configuration deployed with it."""
+    return _located(analysis.facts, run_rules(ServingInput(analysis, serving)))
+
+
+def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[Finding]:
+    """The expectation rules (SD5xx): the model against what the project's configuration asserts."""
+    return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
+
+
+def rule_codes(kinds: Iterable[type]) -> list[str]:
+    """The codes of the rules that check these input kinds (`stopdoctor.rules.inputs`)."""
+    return sorted(rule.code for kind in kinds for rule in rules_for(kind))
+
+
+def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
+    """The one report of an inspected model, for any reporter."""
+    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([Analysis])),
+                      _model_files(result.source), result)
+    return Report(command, [subject], fail_on)
+
+
+def _model_files(source: ModelSource) -> dict[str, Path]:
+    return dict(source.files)
+
+
+# --- logs ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -71,20 +116,13 @@ class LogsResult:
     findings: list[Finding]
 
 
-@dataclass(frozen=True)
-class _LogsSubject:
-    """What the SD7xx checks read: a logs report (no model analysis)."""
-
-    logs: Any
-
-
 def logs_findings(report: Any) -> list[Finding]:
-    """Run the SD7xx checks on a logs report."""
-    return run_checks(_LogsSubject(report), prefix="SD7")  # type: ignore[arg-type]
+    """The logs rules (SD7xx) on a logs report."""
+    return run_rules(LogsInput(report))
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
-                      settings: Any = None, on_progress: Any = None) -> LogsResult:
+                      settings: Any = None, on_progress: Callable[[float], None] | None = None) -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
     from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, model_vocabulary
 
@@ -93,12 +131,14 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
     return LogsResult(report, logs_findings(report))
 
 
-def labels_findings(analysis: Analysis, labels) -> list[Finding]:
-    """Run the SD6xx checks on a labelled dataset (`stopdoctor.actions.labels.build.LabelsResult`), attached to
-    a copy of the analysis as the serving checks get theirs."""
-    wrapped = copy.copy(analysis)
-    wrapped.labels = labels  # type: ignore[attr-defined]
-    return run_checks(wrapped, prefix="SD6")
+def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severity.ERROR) -> Report:
+    """The one report of a logs run: the log files are the subject."""
+    files = {str(p): Path(p) for p in paths}
+    subject = Subject(", ".join(str(p) for p in paths), list(result.findings), tuple(rule_codes([LogsInput])), files, result)
+    return Report("logs", [subject], fail_on)
+
+
+# --- labels ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -108,6 +148,11 @@ class LabelsReport:
     analysis: Analysis
     labels: object  # stopdoctor.actions.labels.build.LabelsResult
     findings: list[Finding]
+
+
+def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
+    """The labels rules (SD6xx) on a model and the labels built from a dataset."""
+    return _located(analysis.facts, run_rules(LabelsInput(analysis, labels)))
 
 
 def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
@@ -128,3 +173,10 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
     labels = label_dataset(facts, analysis, iter_examples(data, limit), str(data), settings or LabelSettings(),
                            progress, total)
     return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
+
+
+def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.ERROR) -> Report:
+    """The one report of a labels run: the model and its dataset are the subject."""
+    files = {**_model_files(result.source), Path(data).name: Path(data)}
+    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
+    return Report("labels", [subject], fail_on)

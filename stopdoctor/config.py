@@ -1,14 +1,12 @@
-"""The `check` gate: its settings and the run that applies them.
+"""The gate's settings, and which rules they select: nothing runs here.
 
 Settings come from `stopdoctor.toml` or `[tool.stopdoctor]` in pyproject.toml (searched from the
 current directory upward, or `--config FILE`), then `STOPDOCTOR_*` environment variables, then
 flags; later layers replace earlier ones key by key. Unknown keys are an error naming the key and
-the file: a misspelt `fail_on` must not silently turn a gate off.
-
-`run_gate` runs inspect on each model (and the serving files deployed with it), applies
-select/ignore and per-code severities, and returns one `GateReport`; a model that cannot be loaded
-is recorded with its error and the others still run. No printing, no exiting.
-Imports: errors, model, report, checks, api; `serving` (part of the package from issue 5) lazily.
+the file: a misspelt `fail_on` must not silently turn a gate off. Every expect-* key keeps its line
+in the file, so a finding about it points at the right `[[model]]` table.
+`stopdoctor.gate.run_gate` runs what the settings select.
+Imports: core, facts (the file reader), rules (the registry, for selectors).
 """
 
 from __future__ import annotations
@@ -22,18 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.rules.runner import REGISTRY
-from stopdoctor.rules.registry import Check
-from stopdoctor.rules.expect import KINDS, Expectation, expecting
-from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, InputError, StopdoctorError, shorten
+from stopdoctor.core.errors import InputError
+from stopdoctor.core.findings import Finding, Severity
+from stopdoctor.core.types import KINDS, Expectation
+from stopdoctor.facts.lines import line_at
 from stopdoctor.facts.model_facts import load_text
-from stopdoctor.core.findings import Finding, Severity, exit_code
-
-try:  # the SD4xx serving checks register on import; select/ignore and SARIF rules must see them
-    from stopdoctor.rules import serving as _serving_checks  # noqa: F401
-except ModuleNotFoundError as _missing:
-    if _missing.name != f"{__package__}.checks.serving":
-        raise
+from stopdoctor.rules.registry import Check
+from stopdoctor.rules.runner import REGISTRY
 
 CONFIG_NAMES = ("stopdoctor.toml", "pyproject.toml")
 MAX_CONFIG_BYTES = 4_000_000  # a pyproject.toml is a few kB  # first match per directory wins
@@ -80,16 +73,16 @@ def find_config(start: Path) -> Path | None:
             return own
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
-            tool = _read_toml(pyproject).get("tool")
+            tool = _read_toml(pyproject)[0].get("tool")
             if isinstance(tool, dict) and "stopdoctor" in tool:
                 return pyproject
     return None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
     text = load_text(path, str(path), max_bytes=MAX_CONFIG_BYTES)  # a regular file, UTF-8, small
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"{path}: not valid TOML: {error}") from None
     except RecursionError:
@@ -100,7 +93,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def read_config(path: Path) -> Settings:
     """The settings one file declares; relative paths in it are relative to its folder."""
-    document = _read_toml(path)
+    document, text = _read_toml(path)
     if path.name == "pyproject.toml":
         tool = document.get("tool", {})
         table = tool.get("stopdoctor") if isinstance(tool, dict) else None
@@ -111,10 +104,10 @@ def read_config(path: Path) -> Settings:
         prefix = "tool.stopdoctor."
     else:
         table, prefix = document, ""
-    return _settings_from_table(table, path, prefix)
+    return _settings_from_table(table, path, prefix, text)
 
 
-def _settings_from_table(table: dict[str, Any], path: Path, prefix: str) -> Settings:
+def _settings_from_table(table: dict[str, Any], path: Path, prefix: str, text: str = "") -> Settings:
     _no_unknown(table, TOP_KEYS, path, prefix)
     folder = path.parent
     where = lambda key: f"{path}: {prefix}{key}"  # noqa: E731 - error prefix
@@ -130,7 +123,7 @@ def _settings_from_table(table: dict[str, Any], path: Path, prefix: str) -> Sett
             _model_spec(entry["path"], folder),
             _optional_string(entry, "revision", where(key)),
             tuple(folder / s for s in _strings(entry.get("serving", []), where(f"{key}.serving"))),
-            _expectation(entry, path, where(key)),
+            _expectation(entry, path, where(key), _entry_lines(text, prefix, index)),
         ))
     settings = Settings(
         models=merge_models(models),
@@ -170,7 +163,24 @@ def _model_spec(spec: str, folder: Path) -> str:
     return str(local) if _exists(local) else spec
 
 
-def _expectation(entry: dict[str, Any], path: Path, where: str) -> Expectation | None:
+def _entry_lines(text: str, prefix: str, index: int) -> tuple[tuple[str, int], ...]:
+    """(key, line) of the expect-* keys in the index-th `[[model]]` table of the config text: the
+    table runs from its header to the next table header."""
+    header = re.compile(rf"^[ \t]*\[\[[ \t]*{re.escape(prefix)}model[ \t]*\]\]", re.MULTILINE)
+    starts = [m.end() for m in header.finditer(text)]
+    if index >= len(starts):
+        return ()
+    following = re.compile(r"^[ \t]*\[", re.MULTILINE).search(text, starts[index])
+    end = following.start() if following else len(text)
+    lines = []
+    for key in ("expect-kind", "expect-end-of-turn", "expect-stops"):
+        found = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=", re.MULTILINE).search(text, starts[index], end)
+        if found:
+            lines.append((key, line_at(text, found.start())))
+    return tuple(lines)
+
+
+def _expectation(entry: dict[str, Any], path: Path, where: str, lines: tuple[tuple[str, int], ...] = ()) -> Expectation | None:
     kind = _optional_string(entry, "expect-kind", where)
     if kind is not None and kind not in KINDS:
         raise InputError(f"{where}.expect-kind: {kind!r} is not one of {', '.join(KINDS)}")
@@ -180,7 +190,7 @@ def _expectation(entry: dict[str, Any], path: Path, where: str) -> Expectation |
         raise InputError(f"{where}.expect-stops: must list token texts or token ids")
     if kind is None and end_of_turn is None and not stops:
         return None
-    return Expectation(kind, end_of_turn, tuple(stops), str(path))
+    return Expectation(kind, end_of_turn, tuple(stops), str(path), lines)
 
 
 def _list(value: Any, where: str) -> list[Any]:
@@ -402,167 +412,3 @@ def apply(settings: Settings, findings: list[Finding]) -> list[Finding]:
         level = severity_of(settings, check)
         kept.append(finding if level is None else dataclasses.replace(finding, severity=level))
     return sorted(kept, key=lambda f: (-f.severity, f.code))
-
-
-# ------------------------------------------------------------------------------------------
-# Running the gate
-
-
-@dataclass(frozen=True)
-class ModelCheck:
-    """The outcome for one model: findings (filtered, severities applied) or the error that stopped it."""
-
-    spec: str
-    result: Any = None  # api.InspectResult, None when the model could not be checked
-    findings: list[Finding] = field(default_factory=list)
-    checks: tuple[str, ...] = ()  # codes of the checks that ran on it
-    serving: tuple[Path, ...] = ()
-    error: StopdoctorError | None = None
-    failed_target: str | None = None  # what could not be read: the model or a serving file
-    live: Any = None  # generate.FragmentVerdict of the --live probe, None when it did not run
-
-    @property
-    def error_line(self) -> str | None:
-        """The error in one line, naming what could not be checked."""
-        if self.error is None:
-            return None
-        target = shorten(self.failed_target or self.spec, 80)
-        return self.error.message if target in self.error.message else f"{target}: {self.error.message}"
-
-    @property
-    def files(self) -> dict[str, Path]:
-        return dict(self.result.source.files) if self.result is not None else {}
-
-
-@dataclass(frozen=True)
-class GateReport:
-    models: list[ModelCheck]
-    fail_on: Severity
-    config_file: Path | None = None
-    levels: Mapping[str, Severity] = field(default_factory=dict)  # each check's level after [severity]
-
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for m in self.models for f in m.findings]
-
-    @property
-    def failed(self) -> list[ModelCheck]:
-        return [m for m in self.models if m.error is not None]
-
-    def exit_code(self, exit_zero: bool = False) -> int:
-        """2 when any model or serving file could not be checked (the rest are still reported),
-        else 1 when a finding reaches fail-on (0 with exit_zero), else 0."""
-        if self.failed:
-            return EXIT_CANNOT_RUN
-        code = exit_code(self.findings, self.fail_on)
-        return EXIT_OK if exit_zero and code == EXIT_FINDINGS else code
-
-
-def checks_run(settings: Settings, serving: bool, expectation: bool) -> tuple[str, ...]:
-    """The selected checks that apply to a model: SD4xx only with serving files, SD501 only with
-    an expectation, SD000 never (it stands for crashes, reported only when one happens)."""
-    codes = []
-    for code in sorted(REGISTRY):
-        check = REGISTRY[code]
-        if code == "SD000" or not selected(settings, check):
-            continue
-        if code.startswith("SD4") and not serving:
-            continue
-        if code.startswith("SD5") and not expectation:
-            continue
-        codes.append(code)
-    return tuple(codes)
-
-
-def run_gate(settings: Settings, live: bool = False) -> GateReport:
-    """`live`: also run the generate fragment probe on each model (torch; see `live_findings`)."""
-    if not settings.models:
-        raise InputError("no model to check",
-                         hint="pass MODEL arguments, or list models in stopdoctor.toml / [tool.stopdoctor] models")
-    from stopdoctor.api import inspect_model
-
-    serving_cache: dict[Path, Any] = {}
-    outcomes = []
-    for entry in settings.models:
-        serving_files = tuple(dict.fromkeys(p.resolve() for p in (*settings.serving, *entry.serving)))
-        try:
-            with expecting(entry.expectation):
-                result = inspect_model(entry.spec, entry.revision)
-        except StopdoctorError as error:
-            outcomes.append(ModelCheck(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
-            continue
-        findings = list(result.findings)
-        probe = None
-        if live:
-            try:
-                probe = live_probe(result)
-                findings.extend(live_findings(result, entry.expectation, probe))
-            except StopdoctorError as error:
-                outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
-                                           error=error, failed_target=f"{entry.spec} (live probe)"))
-                continue
-        for path in serving_files:
-            try:
-                findings.extend(_serving_findings(result.analysis, path, serving_cache))
-            except StopdoctorError as error:
-                outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), serving=serving_files,
-                                           error=error, failed_target=str(path), live=probe))
-                break
-        else:
-            codes = checks_run(settings, bool(serving_files), entry.expectation is not None or live)
-            outcomes.append(ModelCheck(entry.spec, result, apply(settings, findings), codes, serving_files, live=probe))
-    levels = {code: severity_of(settings, check) or check.severity for code, check in REGISTRY.items()}
-    return GateReport(outcomes, settings.fail_on, settings.config_file, levels)
-
-
-def require_live() -> None:
-    """--live needs the generate runtime and torch: fail before the static run, not after it."""
-    from stopdoctor.core.errors import MissingDependencyError
-
-    try:
-        from stopdoctor.actions.generate.run import fragment_test, require_torch  # noqa: F401 - presence is the check
-    except ModuleNotFoundError as missing:
-        if missing.name != f"{__package__}.generate":
-            raise
-        raise MissingDependencyError("--live needs the generate probe (stopdoctor.actions.generate.run), which this stopdoctor lacks",
-                                     hint="drop --live for the static checks") from None
-    except ImportError:
-        raise MissingDependencyError("--live needs stopdoctor.generate.fragment_test, which this stopdoctor lacks",
-                                     hint="drop --live for the static checks") from None
-    require_torch()
-
-
-def live_probe(result: Any) -> Any:
-    """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
-    model's weights: a `generate.FragmentVerdict`."""
-    from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
-
-    return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
-
-
-def live_findings(result: Any, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
-    """The fragment probe's verdict held against the expected kind (SD501); without one, against
-    the static verdict only when that was sure, since a mismatch there means the files describe
-    another model. `verdict`: the probe already run (else it runs here)."""
-    if verdict is None:
-        verdict = live_probe(result)
-    check = REGISTRY["SD501"]
-    wanted = expectation.kind if expectation and expectation.kind else None
-    static = result.analysis.verdict.kind if result.analysis.verdict else "unknown"
-    target = wanted or (static if static in KINDS else None)
-    if target is None or verdict.verdict not in KINDS or verdict.verdict == target:
-        return []
-    source = "expect-kind" if wanted else "its files (static verdict)"
-    location = expectation.location("expect-kind") if wanted and expectation else None
-    return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
-                          "serve the checkpoint the configuration names, or fix its chat template and stop ids",
-                          location, expected=target, found=verdict.verdict, probe="fragment")]
-
-
-def _serving_findings(analysis: Any, path: Path, cache: dict[Path, Any]) -> list[Finding]:
-    from stopdoctor.api import serving_findings
-    from stopdoctor.facts.serving import load_serving
-
-    if path not in cache:
-        cache[path] = load_serving(path)
-    return serving_findings(analysis, cache[path])

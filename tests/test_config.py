@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stopdoctor.config import Settings, find_config, load_settings, read_config, run_gate, with_flags
+from stopdoctor.config import Settings, find_config, load_settings, read_config, with_flags
+from stopdoctor.gate import run_gate
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Severity
 
@@ -120,7 +121,7 @@ def test_select_ignore_and_severity_change_the_findings(tmp_path, synth_root):
     assert plain.exit_code() == 1
     ignored = _gate(tmp_path, synth_root, "chatml-eos-endoftext", "", ignore=["end-of-turn-not-a-stop-id"])
     assert {f.code for f in ignored.findings} == {"SD104"} and ignored.exit_code() == 0
-    assert "SD101" not in ignored.models[0].checks
+    assert "SD101" not in ignored.subjects[0].checks
     # the more specific selector wins both ways
     narrowed = _gate(tmp_path, synth_root, "chatml-eos-endoftext", top="select = ['SD1']\nignore = ['SD104']\n")
     assert {f.code for f in narrowed.findings} == {"SD101"}
@@ -133,7 +134,7 @@ def test_select_ignore_and_severity_change_the_findings(tmp_path, synth_root):
 def test_expectations_that_hold_give_no_finding(tmp_path, synth_root):
     report = _gate(tmp_path, synth_root, "clean-chatml",
                    "expect-kind = 'instruct'\nexpect-end-of-turn = '<|im_end|>'\nexpect-stops = ['<|im_end|>']\n")
-    assert report.findings == [] and "SD501" in report.models[0].checks
+    assert report.findings == [] and "SD501" in report.subjects[0].checks
 
 
 def test_failed_expectations_are_sd501_pointing_at_the_file_to_fix(tmp_path, synth_root):

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from stopdoctor.config import read_config, run_gate, with_flags
+from stopdoctor.config import read_config, with_flags
+from stopdoctor.gate import run_gate
 from stopdoctor.reporters.check_json import check_document
 from stopdoctor.reporters.github import render_github
 from stopdoctor.reporters.junit import render_junit
-from stopdoctor.reporters.sarif import key_line, sarif_document
+from stopdoctor.facts.lines import key_line
+from stopdoctor.reporters.sarif import sarif_document
 
 SERVING = Path(__file__).resolve().parents[1] / "fixtures" / "serving"
 
@@ -148,10 +150,23 @@ def test_json_document_lists_models_errors_and_locations(workspace):
 def test_key_line_finds_json_toml_and_modelfile_keys(tmp_path):
     json_file = tmp_path / "generation_config.json"
     json_file.write_text('{\n  "bos_token_id": 1,\n  "eos_token_id": [2, 3]\n}\n')
-    assert key_line(json_file, "eos_token_id") == 3
-    assert key_line(json_file, "pad_token_id") is None
+    assert key_line((json_file).read_text(), "eos_token_id") == 3
+    assert key_line((json_file).read_text(), "pad_token_id") is None
     toml_file = tmp_path / "stopdoctor.toml"
     toml_file.write_text("[[model]]\npath = 'x'\nexpect-kind = 'base'\n")
-    assert key_line(toml_file, "expect-kind") == 3
-    assert key_line(SERVING / "Modelfile.bad", "TEMPLATE") == 3
-    assert key_line(SERVING / "Modelfile.bad", "PARAMETER num_predict (line 10)") == 10
+    assert key_line((toml_file).read_text(), "expect-kind") == 3
+    assert key_line((SERVING / "Modelfile.bad").read_text(), "TEMPLATE") == 3
+    assert key_line((SERVING / "Modelfile.bad").read_text(), "PARAMETER num_predict (line 10)") == 10
+
+
+def test_sarif_points_each_model_entry_at_its_own_table(workspace):
+    """Two [[model]] entries both expecting "base" of instruct models: each SD501 result points at
+    the expect-kind line of its own table (4 and 9), not the first match in the file."""
+    config = workspace / "stopdoctor.toml"
+    config.write_text('fail-on = "error"\n\n[[model]]\nexpect-kind = "base"\npath = "models/llama3"\n\n'
+                      '[[model]]\npath = "models/chatml"\nexpect-kind = "base"\n')
+    report = run_gate(read_config(config))
+    results = [r for r in sarif_document(report, workspace)["runs"][0]["results"] if r["ruleId"] == "SD501"]
+    assert [(r["properties"]["model"].split("/")[-1], r["locations"][0]["physicalLocation"]["region"]["startLine"])
+            for r in results] == [("llama3", 4), ("chatml", 9)]
+    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "stopdoctor.toml" for r in results)

@@ -46,15 +46,15 @@ def test_check_model_applies_that_models_configured_expectation(readme_project, 
 
 
 def _fake_probe(monkeypatch):
-    from stopdoctor import config
+    from stopdoctor import gate
     from stopdoctor.analysis.diagnose import Generation, StopCause
     from stopdoctor.actions.generate.run import FragmentProbe, FragmentVerdict
 
     generation = Generation("stop", StopCause("eos", 2, "<|im_end|>"), "Paris.")
     verdict = FragmentVerdict("instruct", "answered the question and ended its turn after 3 tokens (<|im_end|>)",
                               (FragmentProbe("chat question", "What is the capital of France?", generation, True),))
-    monkeypatch.setattr(config, "require_live", lambda: None)
-    monkeypatch.setattr(config, "live_probe", lambda result: verdict)
+    monkeypatch.setattr(gate, "require_live", lambda: None)
+    monkeypatch.setattr(gate, "live_probe", lambda result: verdict)
     return verdict
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from stopdoctor.api import inspect_model
 import stopdoctor.rules.serving  # noqa: F401  (registers SD4xx until checks/__init__ imports it)
-from stopdoctor.rules.runner import REGISTRY, run_checks
+from stopdoctor.rules.runner import REGISTRY, run_rules
 from stopdoctor.core.errors import InputError
 from stopdoctor.api import serving_findings
 from stopdoctor.facts.serving import effective_stops, load_serving
@@ -106,7 +106,7 @@ def test_bad_inputs(tmp_path):
 
 def test_registered_checks_yield_nothing_without_a_serving_config(llama3):
     assert {c for c in REGISTRY if c.startswith("SD4")} >= {"SD401", "SD402", "SD403", "SD404", "SD405", "SD406", "SD407"}
-    assert not [f for f in run_checks(llama3) if f.code.startswith("SD4")]
+    assert not [f for f in run_rules(llama3) if f.code.startswith("SD4")]
     for code in ("SD401", "SD402", "SD403", "SD404", "SD405", "SD406", "SD407"):
         sections = REGISTRY[code].sections
         assert set(sections) == {"What it checks", "Why it matters", "Example", "Fix", "How the runtimes decide (source)"}, code

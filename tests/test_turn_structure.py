@@ -18,7 +18,7 @@ from fixtures import templates
 from fixtures.synth import build_family
 from stopdoctor.analysis.core import analyze
 from stopdoctor.api import inspect_model, load, serving_findings
-from stopdoctor.rules.runner import run_checks
+from stopdoctor.rules.runner import run_rules
 from stopdoctor.analysis.diagnose import StopCause, turn_enders
 from stopdoctor.core.errors import InputError
 from stopdoctor.fix import plan_fixes
@@ -87,7 +87,7 @@ def _with_template(spec: str, source: str) -> tuple:
     facts.templates.clear()
     facts.templates.append(ChatTemplate("default", source, Location("test", "chat_template")))
     analysis = analyze(facts)
-    return facts, analysis, run_checks(analysis)
+    return facts, analysis, run_rules(analysis)
 
 
 # --- a template that always appends the assistant header -------------------------------------

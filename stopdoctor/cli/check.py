@@ -40,7 +40,8 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
           revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None,
           json: CheckJsonOpt = False) -> int:
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
-    from stopdoctor.config import load_settings, require_live, run_gate, with_flags
+    from stopdoctor.config import load_settings, with_flags
+    from stopdoctor.gate import require_live, run_gate
     from stopdoctor.core.errors import InputError
 
     if json:
@@ -97,7 +98,7 @@ def _human(report, color: bool, width: int) -> str:
     from stopdoctor.reporters.human import render_inspect_human
 
     parts = []
-    for model in report.models:
+    for model in report.subjects:
         if model.result is not None:
             parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
                                               command="check", unfinished=model.error_line))
@@ -109,7 +110,7 @@ def _human(report, color: bool, width: int) -> str:
             hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
             from stopdoctor.reporters.console import printable
 
-            parts.append(printable(f"stopdoctor check {shorten(model.spec, 80)}\n  could not check it: {model.error_line}{hint}\n"))
+            parts.append(printable(f"stopdoctor check {shorten(model.name, 80)}\n  could not check it: {model.error_line}{hint}\n"))
     return "\n".join(parts)
 
 
@@ -118,8 +119,8 @@ def _summarise(report, exit_zero: bool) -> None:
 
     findings = report.findings
     counts = ", ".join(f"{sum(1 for f in findings if f.severity == s)} {s.label}" for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
-    checked = len(report.models) - len(report.failed)
-    say(f"stopdoctor: {checked} of {len(report.models)} model(s) checked: {counts} (fail-on {report.fail_on.label})")
+    checked = len(report.subjects) - len(report.failed)
+    say(f"stopdoctor: {checked} of {len(report.subjects)} model(s) checked: {counts} (fail-on {report.fail_on.label})")
     for model in report.failed:
         say(f"stopdoctor: error: {model.error_line}")
         if model.error.hint:

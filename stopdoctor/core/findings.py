@@ -1,15 +1,18 @@
-"""Findings, severities and the one function that maps a result to an exit code.
+"""Findings, severities, the one `Report` every command hands its reporters, and the one function
+that maps findings to an exit code.
 
-Plain data; imports model and errors only.
+Plain data; imports core.types and core.errors only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
-from stopdoctor.core.errors import EXIT_FINDINGS, EXIT_OK
+from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, StopdoctorError, shorten
 from stopdoctor.core.types import Location
 
 
@@ -44,3 +47,58 @@ class Finding:
 def exit_code(findings: list[Finding], fail_on: Severity = Severity.ERROR) -> int:
     """0 when nothing reaches `fail_on`, 1 otherwise (2 and 3 come from errors, not findings)."""
     return EXIT_FINDINGS if any(f.severity >= fail_on for f in findings) else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One thing a command judged (a model, a dataset, a set of logs) and its findings, each with
+    its location already resolved (file, key, line). `files` maps the subject's own file names to
+    local paths, so a reporter can turn a relative `Location.file` into a path without reading
+    anything. `result` is the command's own result (`api.InspectResult`, …) for the human and
+    JSON reporters; `error` is set when the subject could not be checked."""
+
+    name: str
+    findings: list[Finding] = field(default_factory=list)
+    checks: tuple[str, ...] = ()  # codes of the rules that ran on it
+    files: Mapping[str, Path] = field(default_factory=dict)
+    result: Any = None
+    serving: tuple[Path, ...] = ()
+    error: StopdoctorError | None = None
+    failed_target: str | None = None  # what could not be read: the model, a serving file, a dataset
+    live: Any = None  # the `check --live` probe's verdict, None when it did not run
+
+    @property
+    def error_line(self) -> str | None:
+        """The error in one line, naming what could not be checked."""
+        if self.error is None:
+            return None
+        target = shorten(self.failed_target or self.name, 80)
+        return self.error.message if target in self.error.message else f"{target}: {self.error.message}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What every command hands its reporters: the subjects it judged, the severity that fails,
+    and each rule's level after configuration. One exit-code function for all commands."""
+
+    command: str
+    subjects: list[Subject]
+    fail_on: Severity = Severity.ERROR
+    config_file: Path | None = None
+    levels: Mapping[str, Severity] = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for s in self.subjects for f in s.findings]
+
+    @property
+    def failed(self) -> list[Subject]:
+        return [s for s in self.subjects if s.error is not None]
+
+    def exit_code(self, exit_zero: bool = False) -> int:
+        """2 when any subject could not be checked (the rest are still reported), else 1 when a
+        finding reaches fail-on (0 with exit_zero), else 0."""
+        if self.failed:
+            return EXIT_CANNOT_RUN
+        code = exit_code(self.findings, self.fail_on)
+        return EXIT_OK if exit_zero and code == EXIT_FINDINGS else code

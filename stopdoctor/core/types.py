@@ -14,13 +14,17 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Location:
-    """Where a value was declared: a file (name relative to the model root) and a key in it."""
+    """Where a value was declared: a file (name relative to the model root, or a path), a key in
+    it, and the key's 1-based line when the file is text (resolved by `facts`, where the file is read)."""
 
     file: str
     key: str | None = None
+    line: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.key}" if self.key else self.file
+        if self.key:
+            return f"{self.file}:{self.key}"
+        return f"{self.file}:{self.line}" if self.line else self.file
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,21 @@ class ModelSource:
     root: Path
     files: dict[str, Path] = field(default_factory=dict)
     revision: str | None = None
+
+
+KINDS = ("base", "instruct")  # what a model can be judged (Expectation.kind)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a project asserts about one model; `declared_in` is where a failure should point
+    (the config file and its key) when the model's own files are not the thing to fix."""
+
+    kind: str | None = None
+    end_of_turn: str | None = None
+    stops: tuple[str | int, ...] = ()  # token texts or ids that must be effective stop ids
+    declared_in: str | None = None  # the config file's path
+    lines: tuple[tuple[str, int], ...] = ()  # (key, line) of each expect-* key in the config file
+
+    def location(self, key: str) -> Location | None:
+        return Location(self.declared_in, key, dict(self.lines).get(key)) if self.declared_in else None

@@ -7,6 +7,7 @@ Imports: model, errors, vocab, gguf.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import stat
@@ -18,6 +19,7 @@ from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ChatTemplate, Location, ModelSource, Sourced
+from stopdoctor.facts.lines import MAX_TEXT_CHARS, key_line
 from stopdoctor.facts.vocab import Vocabulary, read_added_tokens_decoder, read_added_tokens_json, mark_declared_special, read_gguf_vocab, lone_surrogate, read_tokenizer_file
 
 ROLES = ("bos", "eos", "pad", "unk", "eot", "eom")
@@ -64,6 +66,22 @@ class ModelFacts:
     card_tags: list[str] = field(default_factory=list)
     gguf: Any = None
     notes: list[str] = field(default_factory=list)
+    _texts: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+
+    def locate(self, location: Location | None) -> Location | None:
+        """`location` with its line filled in when it names a key of one of the model's text files
+        (each such file read once, here, so no reporter reads it again)."""
+        if location is None or location.line is not None or not location.key or location.file not in self.source.files:
+            return location
+        if location.file not in self._texts:
+            path = self.source.files[location.file]
+            try:
+                small = path.suffix.lower() not in (".gguf", ".safetensors", ".bin") and path.stat().st_size <= MAX_TEXT_CHARS
+                self._texts[location.file] = path.read_text(encoding="utf-8") if small else None
+            except (OSError, UnicodeDecodeError):
+                self._texts[location.file] = None
+        line = key_line(self._texts[location.file], location.key)
+        return location if line is None else dataclasses.replace(location, line=line)
 
     # --- convenient views -------------------------------------------------------------
     def declared_for(self, role: str, file: str | None = None) -> list[DeclaredId]:

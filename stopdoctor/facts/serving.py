@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.core.types import Location
+from stopdoctor.facts.lines import key_line
 
 if TYPE_CHECKING:
     from stopdoctor.analysis.core import Analysis
@@ -64,7 +65,7 @@ class ServingConfig:
     options: dict[str, Setting] = field(default_factory=dict)  # every flag/key as parsed
 
     def location(self, key: str | None = None) -> Location:
-        return Location(str(self.path), key)
+        return Location(str(self.path), key, key_line(self.text, key))
 
 
 # --- loading -------------------------------------------------------------------------------------

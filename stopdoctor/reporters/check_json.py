@@ -1,6 +1,6 @@
 """The `check --format json` document (schema_version 1). Fields are public interface: add, never rename.
 
-Imports: config (gate results), render.inspect_json (finding and summary shapes), render.sarif
+Imports: core, reporters.inspect_json (finding and summary shapes), render.sarif
 (locations). Never prints.
 """
 
@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.config import GateReport, ModelCheck
+from stopdoctor.core.findings import Report, Subject
 from stopdoctor.reporters.inspect_json import finding as finding_document
 from stopdoctor.reporters.inspect_json import header, summary
 from stopdoctor.reporters.sarif import locate, relative_uri
 
 
-def _model(model: ModelCheck, base: Path) -> dict[str, Any]:
+def _model(model: Subject, base: Path) -> dict[str, Any]:
     result = model.result
     findings = []
     for f in model.findings:
@@ -25,7 +25,7 @@ def _model(model: ModelCheck, base: Path) -> dict[str, Any]:
                          "path": relative_uri(place.path, base)[0] if place else None,
                          "line": place.line if place else None})
     return {
-        "spec": model.spec,
+        "spec": model.name,
         "kind": result.source.kind if result is not None else None,
         "verdict": result.analysis.verdict.kind if result is not None and result.analysis.verdict else None,
         "serving": [str(p) for p in model.serving],
@@ -48,16 +48,16 @@ def _live(verdict: Any) -> dict[str, Any] | None:
     return {key: document[key] for key in ("verdict", "reason", "probes")}
 
 
-def check_document(report: GateReport, base: Path, exit_zero: bool = False) -> dict[str, Any]:
+def check_document(report: Report, base: Path, exit_zero: bool = False) -> dict[str, Any]:
     return {
         **header("stopdoctor.check/1"),
         "config_file": str(report.config_file) if report.config_file else None,
         "fail_on": report.fail_on.label,
         "exit_code": report.exit_code(exit_zero),
-        "models": [_model(m, base) for m in report.models],
+        "models": [_model(m, base) for m in report.subjects],
         "summary": summary(report.findings),
     }
 
 
-def render_check_json(report: GateReport, base: Path, exit_zero: bool = False) -> str:
+def render_check_json(report: Report, base: Path, exit_zero: bool = False) -> str:
     return json.dumps(check_document(report, base, exit_zero), indent=2, ensure_ascii=False, default=str) + "\n"

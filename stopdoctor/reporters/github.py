@@ -1,15 +1,14 @@
 """GitHub Actions workflow commands for `stopdoctor check --format github`: one annotation per
 finding (`::error file=…,line=…,title=SD101 end-of-turn-not-a-stop-id::message`), and one per
 model or serving file that could not be read. Info findings become notices.
-Imports: config (gate results), report, render.sarif (locations). Never prints.
+Any command's `Report`. Imports: core, reporters.sarif (locations). Never prints.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from stopdoctor.config import GateReport
-from stopdoctor.core.findings import Severity
+from stopdoctor.core.findings import Report, Severity
 from stopdoctor.reporters.sarif import locate, relative_uri
 
 COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -30,9 +29,9 @@ def annotation(command: str, message: str, **properties: object) -> str:
     return f"::{command}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def render_github(report: GateReport, base: Path) -> str:
+def render_github(report: Report, base: Path) -> str:
     lines = []
-    for model in report.models:
+    for model in report.subjects:
         for finding in model.findings:
             place = locate(model, finding)
             file = relative_uri(place.path, base)[0] if place is not None else None
@@ -40,7 +39,7 @@ def render_github(report: GateReport, base: Path) -> str:
                 file = str(place.path)  # outside the workspace: GitHub shows it unattached
             lines.append(annotation(
                 COMMAND[finding.severity],
-                f"{finding.message} (model {model.spec}). Fix: {finding.fix}",
+                f"{finding.message} (model {model.name}). Fix: {finding.fix}",
                 file=file, line=place.line if place is not None else None,
                 title=f"{finding.code} {finding.name}",
             ))

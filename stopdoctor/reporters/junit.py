@@ -1,8 +1,9 @@
-"""JUnit XML for `stopdoctor check --format junit`: one testsuite per model, one testcase per
+"""JUnit XML for `stopdoctor check --format junit`: one testsuite per subject (model), one testcase per
 check that ran on it. A finding at or above fail-on is a <failure>; findings below it are kept in
 the testcase's <system-out> (the case passes); a model or serving file that could not be read is a
 testcase with an <error>, so a CI dashboard shows it rather than a green suite.
-Imports: config (gate results), checks, report, render.sarif (locations). Never prints.
+Any command's `Report` (check, inspect, labels, logs).
+Imports: core, rules (the registry), reporters.sarif (locations). Never prints.
 """
 
 from __future__ import annotations
@@ -11,27 +12,26 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from stopdoctor.rules.runner import REGISTRY
-from stopdoctor.config import GateReport, ModelCheck
-from stopdoctor.core.findings import Finding
+from stopdoctor.core.findings import Finding, Report, Subject
 from stopdoctor.reporters.sarif import locate, relative_uri
 
 
-def _where(model: ModelCheck, finding: Finding, base: Path) -> str:
+def _where(model: Subject, finding: Finding, base: Path) -> str:
     place = locate(model, finding)
     if place is None:
-        return str(finding.location) if finding.location else model.spec
+        return str(finding.location) if finding.location else model.name
     uri = relative_uri(place.path, base)[0]
     return f"{uri}:{place.line}" if place.line else uri
 
 
-def _describe(model: ModelCheck, finding: Finding, base: Path) -> str:
+def _describe(model: Subject, finding: Finding, base: Path) -> str:
     key = f" ({finding.location.key})" if finding.location and finding.location.key else ""
     return (f"{finding.severity.label} {finding.code} {finding.name} at {_where(model, finding, base)}{key}\n"
             f"{finding.message}\nfix: {finding.fix}")
 
 
-def _suite(model: ModelCheck, report: GateReport, base: Path) -> ET.Element:
-    suite = ET.Element("testsuite", name=model.spec)
+def _suite(model: Subject, report: Report, base: Path) -> ET.Element:
+    suite = ET.Element("testsuite", name=model.name)
     tests = failures = errors = 0
     by_code: dict[str, list[Finding]] = {}
     for finding in model.findings:
@@ -40,7 +40,7 @@ def _suite(model: ModelCheck, report: GateReport, base: Path) -> ET.Element:
     for code in codes:
         check = REGISTRY.get(code)
         name = f"{code} {check.name}" if check else code
-        case = ET.SubElement(suite, "testcase", name=name, classname=f"stopdoctor.{model.spec}")
+        case = ET.SubElement(suite, "testcase", name=name, classname=f"stopdoctor.{model.name}")
         tests += 1
         found = by_code.get(code, [])
         failing = [f for f in found if f.severity >= report.fail_on]
@@ -55,7 +55,7 @@ def _suite(model: ModelCheck, report: GateReport, base: Path) -> ET.Element:
     if model.error is not None:
         tests += 1
         errors += 1
-        case = ET.SubElement(suite, "testcase", name=f"load {model.failed_target}", classname=f"stopdoctor.{model.spec}")
+        case = ET.SubElement(suite, "testcase", name=f"load {model.failed_target}", classname=f"stopdoctor.{model.name}")
         error = ET.SubElement(case, "error", type=type(model.error).__name__, message=model.error.message)
         error.text = model.error.message + (f"\nhint: {model.error.hint}" if model.error.hint else "")
     suite.set("tests", str(tests))
@@ -65,9 +65,9 @@ def _suite(model: ModelCheck, report: GateReport, base: Path) -> ET.Element:
     return suite
 
 
-def render_junit(report: GateReport, base: Path) -> str:
+def render_junit(report: Report, base: Path) -> str:
     root = ET.Element("testsuites", name="stopdoctor")
-    suites = [_suite(model, report, base) for model in report.models]
+    suites = [_suite(model, report, base) for model in report.subjects]
     root.extend(suites)
     for attribute in ("tests", "failures", "errors"):
         root.set(attribute, str(sum(int(s.get(attribute)) for s in suites)))

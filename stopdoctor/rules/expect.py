@@ -1,54 +1,18 @@
 """SD5xx: expectations a project declares about its models (`stopdoctor check` configuration).
 
-The expectation for the model being checked travels in a context variable set by the caller
-(`expecting(...)`), so the check keeps the registry's signature (analysis, check) and every other
-command, which sets none, sees no finding from it.
-Imports: analysis, report, model, checks.
+The rule checks an `ExpectationInput`: the gate builds one for each model that has an expectation
+in the configuration; no other command does.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
-
-from stopdoctor.analysis.core import Analysis
-from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
+from stopdoctor.rules.inputs import ExpectationInput
 from stopdoctor.rules.registry import Check, check
 
-KINDS = ("base", "instruct")
 
-
-@dataclass(frozen=True)
-class Expectation:
-    """What a project asserts about one model; `declared_in` is where a failure should point
-    (the config file and its key) when the model's own files are not the thing to fix."""
-
-    kind: str | None = None
-    end_of_turn: str | None = None
-    stops: tuple[str | int, ...] = ()  # token texts or ids that must be effective stop ids
-    declared_in: str | None = None  # the config file's path
-
-    def location(self, key: str) -> Location | None:
-        return Location(self.declared_in, key) if self.declared_in else None
-
-
-CURRENT: ContextVar[Expectation | None] = ContextVar("stopdoctor_expectation", default=None)
-
-
-@contextlib.contextmanager
-def expecting(expectation: Expectation | None) -> Iterator[None]:
-    token = CURRENT.set(expectation)
-    try:
-        yield
-    finally:
-        CURRENT.reset(token)
-
-
-@check("SD501", "expectation-failed", Severity.ERROR)
-def expectation_failed(analysis: Analysis, self: Check):
+@check("SD501", "expectation-failed", Severity.ERROR, input=ExpectationInput)
+def expectation_failed(subject: ExpectationInput, self: Check):
     """The model is not what the project's stopdoctor configuration says it is.
 
     What it checks:
@@ -70,9 +34,7 @@ def expectation_failed(analysis: Analysis, self: Check):
     Restore the model files the deployment was built for, or update the expectation (and the
     serving configuration) if the change is intended.
     """
-    expectation = CURRENT.get()
-    if expectation is None:
-        return
+    analysis, expectation = subject.analysis, subject.expectation
     if expectation.kind is not None:
         found = analysis.verdict.kind if analysis.verdict else "unknown"
         if found != expectation.kind:

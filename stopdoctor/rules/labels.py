@@ -1,7 +1,6 @@
 """SD6xx: training labels — would fine-tuning on this data teach the model to stop?
 
-These checks read `analysis.labels` (a `stopdoctor.actions.labels.build.LabelsResult`), which only
-`stopdoctor.api.labels_findings` attaches; on a plain model analysis they yield nothing. The
+These rules check a `LabelsInput`: a model's analysis and the labels built from a dataset. The
 collator behaviour each doc cites was read from the sources: transformers
 `tokenization_utils_base.py` (`apply_chat_template`, `return_assistant_tokens_mask`),
 `utils/chat_template_utils.py` (`AssistantTracker`), `data/data_collator.py`
@@ -13,17 +12,13 @@ collator behaviour each doc cites was read from the sources: transformers
 
 from __future__ import annotations
 
-from stopdoctor.analysis.core import Analysis
 from stopdoctor.actions.labels.build import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelsResult
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
+from stopdoctor.rules.inputs import LabelsInput
 from stopdoctor.rules.registry import Check, check
 
 _SHOWN_INDICES = 8
-
-
-def _labels(analysis: Analysis) -> LabelsResult | None:
-    return getattr(analysis, "labels", None)
 
 
 def _share(result: LabelsResult, causes: tuple[str, ...]) -> tuple[str, list[int], int]:
@@ -42,8 +37,8 @@ def _end_text(result: LabelsResult, causes: tuple[str, ...]) -> str:
     return " / ".join(result.end_markers) or "the end-of-turn"
 
 
-@check("SD601", "end-of-turn-not-trained", Severity.ERROR)
-def end_of_turn_not_trained(analysis: Analysis, self: Check):
+@check("SD601", "end-of-turn-not-trained", Severity.ERROR, input=LabelsInput)
+def end_of_turn_not_trained(subject: LabelsInput, self: Check):
     """Under assistant-only, Axolotl or completion-only loss the end-of-turn token is masked out of the labels.
 
     What it checks:
@@ -70,9 +65,7 @@ def end_of_turn_not_trained(analysis: Analysis, self: Check):
     a template for the families it knows, `get_training_chat_template`), or train on the full
     sequence. For Axolotl, list the end-of-turn in `eot_tokens` (e.g. `eot_tokens: ["<|im_end|>"]`).
     """
-    result = _labels(analysis)
-    if result is None:
-        return
+    analysis, result = subject.analysis, subject.labels
     causes = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_EOT_TOKEN, OUTSIDE_TURN)
     share, indices, spans = _share(result, causes)
     if not spans:
@@ -105,8 +98,8 @@ def end_of_turn_not_trained(analysis: Analysis, self: Check):
     yield self.finding(message, fix, location, examples=indices, spans=spans, end_of_turn=end)
 
 
-@check("SD602", "pad-masks-eos", Severity.ERROR)
-def pad_masks_eos(analysis: Analysis, self: Check):
+@check("SD602", "pad-masks-eos", Severity.ERROR, input=LabelsInput)
+def pad_masks_eos(subject: LabelsInput, self: Check):
     """The collator masks every pad-id token, and the pad token is the end-of-turn (or eos) token.
 
     What it checks:
@@ -127,9 +120,7 @@ def pad_masks_eos(analysis: Analysis, self: Check):
     the embeddings), or use a collator that masks padding by the attention mask (TRL's
     `DataCollatorForLanguageModeling`, `DataCollatorForSeq2Seq`).
     """
-    result = _labels(analysis)
-    if result is None:
-        return
+    analysis, result = subject.analysis, subject.labels
     share, indices, spans = _share(result, (PAD_MASKED,))
     if not spans:
         return
@@ -173,8 +164,8 @@ def _distinct_pad(result: LabelsResult) -> str | None:
     return None
 
 
-@check("SD603", "truncation-drops-end-of-turn", Severity.WARNING)
-def truncation_drops_end_of_turn(analysis: Analysis, self: Check):
+@check("SD603", "truncation-drops-end-of-turn", Severity.WARNING, input=LabelsInput)
+def truncation_drops_end_of_turn(subject: LabelsInput, self: Check):
     """Examples longer than the training sequence length lose their end-of-turn to truncation.
 
     What it checks:
@@ -193,9 +184,7 @@ def truncation_drops_end_of_turn(analysis: Analysis, self: Check):
     Fix:
     Raise the sequence length to the longest example, or drop or split the long examples.
     """
-    result = _labels(analysis)
-    if result is None:
-        return
+    analysis, result = subject.analysis, subject.labels
     share, indices, spans = _share(result, (TRUNCATED,))
     if not spans:
         return
@@ -206,8 +195,8 @@ def truncation_drops_end_of_turn(analysis: Analysis, self: Check):
                        None, examples=indices, spans=spans, max_length=result.settings.max_length, longest=longest)
 
 
-@check("SD604", "eos-not-appended", Severity.ERROR)
-def eos_not_appended(analysis: Analysis, self: Check):
+@check("SD604", "eos-not-appended", Severity.ERROR, input=LabelsInput)
+def eos_not_appended(subject: LabelsInput, self: Check):
     """An example (or assistant turn) has no end-of-turn or eos token at its end.
 
     What it checks:
@@ -226,9 +215,7 @@ def eos_not_appended(analysis: Analysis, self: Check):
     Append `eos_token` to every text and completion (or check with `--append-eos` when the trainer
     does it); for chat rows, use a template that closes every assistant turn.
     """
-    result = _labels(analysis)
-    if result is None:
-        return
+    analysis, result = subject.analysis, subject.labels
     share, indices, spans = _share(result, (ABSENT,))
     if not spans:
         return
@@ -246,8 +233,8 @@ def eos_not_appended(analysis: Analysis, self: Check):
                        examples=indices, spans=spans, eos=eos)
 
 
-@check("SD605", "end-of-turn-split", Severity.ERROR)
-def end_of_turn_split(analysis: Analysis, self: Check):
+@check("SD605", "end-of-turn-split", Severity.ERROR, input=LabelsInput)
+def end_of_turn_split(subject: LabelsInput, self: Check):
     """The end-of-turn text is tokenized as several ordinary tokens in the training data.
 
     What it checks:
@@ -264,9 +251,7 @@ def end_of_turn_split(analysis: Analysis, self: Check):
     Add the marker as a special token (and resize the embeddings), or train with the template made
     for this tokenizer.
     """
-    result = _labels(analysis)
-    if result is None:
-        return
+    analysis, result = subject.analysis, subject.labels
     share, indices, spans = _share(result, (SPLIT,))
     if not spans:
         return

@@ -1,34 +1,29 @@
 """SD7xx: response logs — how often served answers stopped for the wrong reason.
 
-These checks read `subject.logs` (a `stopdoctor.actions.logs.query.LogsReport`), which only
-`stopdoctor.api.logs_findings` attaches; on a model analysis they yield nothing. Thresholds come
+These rules check a `LogsInput` (a `LogsReport` inside). Thresholds come
 from the report's `LogsSettings` (`stopdoctor logs --max-length-share/--max-turn-share`).
 Imports: report, model, and the logs data classes (no DuckDB).
 """
 
 from __future__ import annotations
 
-from typing import Any
 
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
+from stopdoctor.rules.inputs import LogsInput
 from stopdoctor.rules.registry import Check, check
 
 
-def _logs(subject: Any):
-    return getattr(subject, "logs", None)
-
-
 def _where(example) -> Location:
-    return Location(example.file, str(example.line))  # prints as file:line
+    return Location(example.file, str(example.line), example.line)  # prints as file:line
 
 
 def _percent(share: float) -> str:
     return f"{share * 100:.1f}%" if share >= 0.001 or share == 0 else f"{share * 100:.3f}%"
 
 
-@check("SD701", "budget-truncation-rate", Severity.WARNING)
-def budget_truncation_rate(subject: Any, self: Check):
+@check("SD701", "budget-truncation-rate", Severity.WARNING, input=LogsInput)
+def budget_truncation_rate(subject: LogsInput, self: Check):
     """More logged answers than the threshold ended because they ran out of token budget.
 
     What it checks:
@@ -47,8 +42,8 @@ def budget_truncation_rate(subject: Any, self: Check):
     Raise max_tokens (per model: see the per-max_tokens table), or fix the stop configuration
     when the cut answers also ran on into a next turn.
     """
-    logs = _logs(subject)
-    if logs is None or not logs.responses:
+    logs = subject.logs
+    if not logs.responses:
         return
     cut = logs.problems["budget-truncated"]
     threshold = logs.settings.max_length_share
@@ -63,8 +58,8 @@ def budget_truncation_rate(subject: Any, self: Check):
         count=cut.count, share=cut.share, threshold=threshold, mid_sentence=mid, by_model=cut.by_model)
 
 
-@check("SD702", "hallucinated-turns-in-logs", Severity.ERROR)
-def hallucinated_turns_in_logs(subject: Any, self: Check):
+@check("SD702", "hallucinated-turns-in-logs", Severity.ERROR, input=LogsInput)
+def hallucinated_turns_in_logs(subject: LogsInput, self: Check):
     """Logged answers go on to write the next user or system turn themselves.
 
     What it checks:
@@ -85,8 +80,8 @@ def hallucinated_turns_in_logs(subject: Any, self: Check):
     Run `stopdoctor check MODEL --serving CONFIG` for the model named in the examples and add
     the template's end-of-turn token to the stop ids (`stopdoctor fix`).
     """
-    logs = _logs(subject)
-    if logs is None or not logs.responses:
+    logs = subject.logs
+    if not logs.responses:
         return
     turns = logs.problems["hallucinated-turn"]
     if turns.count == 0 or turns.share <= logs.settings.max_turn_share:
@@ -101,8 +96,8 @@ def hallucinated_turns_in_logs(subject: Any, self: Check):
         lines=[e.line for e in turns.examples])
 
 
-@check("SD703", "end-of-turn-text-in-logs", Severity.WARNING)
-def end_of_turn_text_in_logs(subject: Any, self: Check):
+@check("SD703", "end-of-turn-text-in-logs", Severity.WARNING, input=LogsInput)
+def end_of_turn_text_in_logs(subject: LogsInput, self: Check):
     """Logged answers contain an end-of-turn token's text with more text after it.
 
     What it checks:
@@ -121,8 +116,8 @@ def end_of_turn_text_in_logs(subject: Any, self: Check):
     Add the token to the server's stop ids (vLLM `stop_token_ids`, generation_config.json
     `eos_token_id`, Ollama `PARAMETER stop`); `stopdoctor check` shows which.
     """
-    logs = _logs(subject)
-    if logs is None or not logs.responses:
+    logs = subject.logs
+    if not logs.responses:
         return
     ran = logs.problems["ran-past-end-of-turn"]
     if ran.count == 0:

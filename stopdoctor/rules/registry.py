@@ -1,9 +1,11 @@
 """The check registry: every check with its permanent code, kebab-case name, default severity
 and documentation (what it checks / why it matters / example / fix) beside its code.
 
-A check takes the shared `Analysis` and returns findings; it never prints. A check that raises
-becomes an `SD000 check-crashed` finding and the rest still run.
-Imports: analysis, report, model. Family modules register themselves on import.
+A rule declares the kind of input it checks (`stopdoctor.rules.inputs`: a model's `Analysis`, a
+serving config, an expectation, training labels, response logs), takes one such subject and returns
+findings; it never prints. `stopdoctor.rules.runner` runs them; a rule that raises becomes an
+`SD000 check-crashed` finding and the rest still run.
+Imports: core, analysis. Family modules register themselves on import (the runner imports them).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
-from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
 
-CheckFunction = Callable[[Analysis, "Check"], Iterable[Finding]]
+CheckFunction = Callable[[object, "Check"], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Check:
     summary: str
     doc: str
     function: CheckFunction
+    input: type = Analysis  # the kind of input it checks (`stopdoctor.rules.inputs`)
 
     def finding(self, message: str, fix: str, location: Location | None = None,
                 severity: Severity | None = None, **evidence) -> Finding:
@@ -46,13 +48,14 @@ CODE = re.compile(r"^SD\d{3}$")
 NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
-def check(code: str, name: str, severity: Severity) -> Callable[[CheckFunction], CheckFunction]:
+def check(code: str, name: str, severity: Severity, input: type = Analysis) -> Callable[[CheckFunction], CheckFunction]:
+    """Register a rule; `input` is the kind of subject it checks (a model's `Analysis` unless said)."""
     def register(function: CheckFunction) -> CheckFunction:
         assert CODE.match(code) and NAME.match(name), (code, name)
         assert code not in REGISTRY and all(c.name != name for c in REGISTRY.values()), code
         doc = inspect.cleandoc(function.__doc__ or "")
         summary, _, rest = doc.partition("\n")
-        REGISTRY[code] = Check(code, name, severity, summary.strip(), rest.strip(), function)
+        REGISTRY[code] = Check(code, name, severity, summary.strip(), rest.strip(), function, input)
         return function
 
     return register
@@ -76,5 +79,6 @@ REGISTRY["SD000"] = Check(
     "What it checks:\nNothing: it reports a check that crashed, so the others still run.\n\n"
     "Why it matters:\nA crashed check leaves its defect unexamined.\n\n"
     "Example:\nSD000 check crashed: KeyError\n\nFix:\nReport the bug with the model files.",
-    lambda analysis, check: (),
+    lambda subject, check: (),
+    type(None),  # checks nothing: it stands for a crash
 )

@@ -1,32 +1,37 @@
-"""The one runner: every registered rule over its input, a crash becoming SD000.
+"""The one runner: every rule registered for a subject's kind, over that subject; a rule that
+raises becomes SD000 and the rest still run.
 
 Imports every rule family (they register themselves on import) and the registry.
 """
 
 from __future__ import annotations
 
-from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding
 from stopdoctor.rules import expect, kind, labels, logs, serving, stops, template  # noqa: F401  (registers the rules)
+from stopdoctor.rules.inputs import KINDS
 from stopdoctor.rules.registry import REGISTRY, Check, crashed
 
 
-def run_checks(analysis: Analysis, prefix: str = "SD") -> list[Finding]:
-    """Run every registered check whose code starts with `prefix` (serving checks run as "SD4")."""
+def rules_for(kind: type) -> list[Check]:
+    """The registered rules that check subjects of `kind`, by code."""
+    return [REGISTRY[code] for code in sorted(REGISTRY) if REGISTRY[code].input is kind]
+
+
+def run_rules(subject: object) -> list[Finding]:
+    """Run every rule registered for the subject's kind; findings most severe first."""
+    if type(subject) not in KINDS:
+        raise TypeError(f"no rule checks a {type(subject).__name__}")
     findings: list[Finding] = []
-    for code in sorted(REGISTRY):
-        if not code.startswith(prefix):
-            continue
-        registered = REGISTRY[code]
+    for rule in rules_for(type(subject)):
         try:
-            findings.extend(registered.function(analysis, registered))
+            findings.extend(rule.function(subject, rule))
         except StopdoctorError:
-            # Bad input, not a broken check: a template over the sandbox's limits (the command's
-            # render deadline can pass during a check's own render) stops the run with exit 2.
+            # Bad input, not a broken rule: a template over the sandbox's limits (the command's
+            # render deadline can pass during a rule's own render) stops the run with exit 2.
             raise
-        except Exception as error:  # noqa: BLE001 - one broken check must not hide the others
-            findings.append(crashed(registered, error))
+        except Exception as error:  # noqa: BLE001 - one broken rule must not hide the others
+            findings.append(crashed(rule, error))
     return sorted(findings, key=lambda f: (-f.severity, f.code))
 
 
@@ -35,5 +40,3 @@ def find(code_or_name: str) -> Check | None:
     if key.upper() in REGISTRY:
         return REGISTRY[key.upper()]
     return next((c for c in REGISTRY.values() if c.name == key.lower()), None)
-
-

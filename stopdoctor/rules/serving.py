@@ -1,8 +1,7 @@
 """SD4xx: the serving configuration — what a server command line, Modelfile or request does to
 the model's stops.
 
-These checks read `analysis.serving` (a `ServingConfig`), which only
-`stopdoctor.api.serving_findings` attaches; on a plain model analysis they yield nothing.
+These rules check a `ServingInput`: a model's analysis and one serving configuration.
 Runtime behaviour cited in each doc was read from the runtime's source:
 vLLM `vllm/sampling_params.py`, `vllm/config/model.py`, `vllm/transformers_utils/config.py`;
 llama.cpp `src/llama-chat.cpp`; Ollama `runner/llamarunner/runner.go`, `model/models/*/model.go`.
@@ -16,6 +15,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig, effective_stops
+from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
 # llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
@@ -46,10 +46,6 @@ MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|<(?:start|end)_of_turn>|</s>|<s>|\[/?
 TINY_SHARE = 0.5  # max_tokens cutting more than this share of ordinary answers is a warning
 
 
-def _serving(analysis: Analysis) -> ServingConfig | None:
-    return getattr(analysis, "serving", None)
-
-
 def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, int | None, str]]:
     """(text, id when one special token, where it comes from) of the end-of-turn in use: the
     serving file's own Jinja template when it has one, else the model's."""
@@ -78,8 +74,8 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
             for m in analysis.end_of_turn]
 
 
-@check("SD401", "serving-drops-end-of-turn", Severity.ERROR)
-def serving_drops_end_of_turn(analysis: Analysis, self: Check):
+@check("SD401", "serving-drops-end-of-turn", Severity.ERROR, input=ServingInput)
+def serving_drops_end_of_turn(subject: ServingInput, self: Check):
     """The server, as configured, does not stop on the template's end-of-turn.
 
     What it checks:
@@ -113,8 +109,8 @@ def serving_drops_end_of_turn(analysis: Analysis, self: Check):
     returns None for GGUF). Ollama's llama.cpp runner ends on `TokenIsEog(token)`; its own engine's
     vocabulary ends on `tokenizer.ggml.eos_token_id` plus `tokenizer.ggml.eos_token_ids`.
     """
-    serving = _serving(analysis)
-    if serving is None or serving.kind == "request":
+    analysis, serving = subject.analysis, subject.serving
+    if serving.kind == "request":
         return
     stops = effective_stops(analysis, serving)
     if not stops.known:
@@ -156,8 +152,8 @@ def serving_drops_end_of_turn(analysis: Analysis, self: Check):
             fix, serving.location(key), end_of_turn=text, id=token_id, stops=sorted(stops.ids), stop_texts=list(stops.texts))
 
 
-@check("SD402", "serving-template-mismatch", Severity.ERROR)
-def serving_template_mismatch(analysis: Analysis, self: Check):
+@check("SD402", "serving-template-mismatch", Severity.ERROR, input=ServingInput)
+def serving_template_mismatch(subject: ServingInput, self: Check):
     """The serving config's chat template writes other turn markers than the model's own.
 
     What it checks:
@@ -181,8 +177,8 @@ def serving_template_mismatch(analysis: Analysis, self: Check):
     markers (chatml `<|im_end|>`, gemma `<end_of_turn>`, phi3 `<|end|>`, llama2/mistral `</s>`).
     Ollama renders TEMPLATE as a Go text/template: the markers are literal text in it.
     """
-    serving = _serving(analysis)
-    if serving is None or serving.kind == "request":
+    analysis, serving = subject.analysis, subject.serving
+    if serving.kind == "request":
         return
     model_ends = {m.text for m in analysis.end_of_turn}
     if not model_ends:
@@ -240,8 +236,8 @@ def _tokenizer(analysis: Analysis):
         return None
 
 
-@check("SD403", "stop-string-unreliable", Severity.WARNING)
-def stop_string_unreliable(analysis: Analysis, self: Check):
+@check("SD403", "stop-string-unreliable", Severity.WARNING, input=ServingInput)
+def stop_string_unreliable(subject: ServingInput, self: Check):
     """A stop string or stop id that will not fire where it should.
 
     What it checks:
@@ -264,9 +260,7 @@ def stop_string_unreliable(analysis: Analysis, self: Check):
     vLLM `SamplingParams` (`skip_special_tokens` defaults to True; stop strings are checked by the
     detokenizer on the output text); stop ids are compared with each sampled token id.
     """
-    serving = _serving(analysis)
-    if serving is None:
-        return
+    analysis, serving = subject.analysis, subject.serving
     vocab = analysis.facts.vocab
     if serving.kind in ("request", "vllm"):
         for setting in serving.stop:
@@ -303,8 +297,8 @@ def stop_string_unreliable(analysis: Analysis, self: Check):
                 id=token_id, text=text, misses=probe.id_match_misses)
 
 
-@check("SD404", "stop-string-false-positive", Severity.WARNING)
-def stop_string_false_positive(analysis: Analysis, self: Check):
+@check("SD404", "stop-string-false-positive", Severity.WARNING, input=ServingInput)
+def stop_string_false_positive(subject: ServingInput, self: Check):
     """A stop string (or ordinary stop id) that occurs inside ordinary answers.
 
     What it checks:
@@ -326,9 +320,7 @@ def stop_string_false_positive(analysis: Analysis, self: Check):
     Every runtime ends at the first occurrence of a stop string in the decoded output (vLLM
     detokenizer stop check; Ollama runner `findStop`; llama.cpp server `find_stopping_strings`).
     """
-    serving = _serving(analysis)
-    if serving is None:
-        return
+    analysis, serving = subject.analysis, subject.serving
     from stopdoctor.analysis.probe import SAMPLE_ANSWERS, _find_false_positives
 
     vocab = analysis.facts.vocab
@@ -358,8 +350,8 @@ def stop_string_false_positive(analysis: Analysis, self: Check):
                 id=setting.value, samples=ids_hit[:5])
 
 
-@check("SD405", "ignore-eos-set", Severity.ERROR)
-def ignore_eos_set(analysis: Analysis, self: Check):
+@check("SD405", "ignore-eos-set", Severity.ERROR, input=ServingInput)
+def ignore_eos_set(subject: ServingInput, self: Check):
     """`ignore_eos` / `--ignore-eos` is on: the end-of-turn token no longer stops generation.
 
     What it checks:
@@ -380,16 +372,16 @@ def ignore_eos_set(analysis: Analysis, self: Check):
     and the generation config's eos ids are not added to `stop_token_ids`. llama.cpp
     `--ignore-eos` biases every end-of-generation token to -inf (common sampling setup).
     """
-    serving = _serving(analysis)
-    if serving is None or serving.ignore_eos is None or not serving.ignore_eos.value:
+    analysis, serving = subject.analysis, subject.serving
+    if serving.ignore_eos is None or not serving.ignore_eos.value:
         return
     yield self.finding(
         f"{serving.ignore_eos.key} is set: generation ignores the end-of-turn and runs to the token limit",
         f"remove {serving.ignore_eos.key}", serving.location(serving.ignore_eos.key))
 
 
-@check("SD406", "max-tokens-truncates", Severity.WARNING)
-def max_tokens_truncates(analysis: Analysis, self: Check):
+@check("SD406", "max-tokens-truncates", Severity.WARNING, input=ServingInput)
+def max_tokens_truncates(subject: ServingInput, self: Check):
     """max_tokens (num_predict, -n) is too small for ordinary answers.
 
     What it checks:
@@ -410,8 +402,8 @@ def max_tokens_truncates(analysis: Analysis, self: Check):
     Every runtime stops at the limit whatever the text (vLLM `max_tokens`, Ollama `num_predict`,
     llama.cpp `n_predict`); OpenAI's `max_completion_tokens` supersedes `max_tokens`.
     """
-    serving = _serving(analysis)
-    if serving is None or serving.max_tokens is None or serving.max_tokens.value < 0:
+    analysis, serving = subject.analysis, subject.serving
+    if serving.max_tokens is None or serving.max_tokens.value < 0:
         return
     limit = serving.max_tokens.value
     tokenizer = _tokenizer(analysis)
@@ -431,8 +423,8 @@ def max_tokens_truncates(analysis: Analysis, self: Check):
         severity=severity, limit=limit, cut=cut, samples=len(lengths))
 
 
-@check("SD407", "serving-override-ignored", Severity.WARNING)
-def serving_override_ignored(analysis: Analysis, self: Check):
+@check("SD407", "serving-override-ignored", Severity.WARNING, input=ServingInput)
+def serving_override_ignored(subject: ServingInput, self: Check):
     """vLLM `--override-generation-config` sets a stop key that vLLM never applies.
 
     What it checks:
@@ -456,8 +448,8 @@ def serving_override_ignored(analysis: Analysis, self: Check):
     repetition_penalty, temperature, top_k, top_p, min_p and max_new_tokens; the stop ids come from
     `try_get_generation_config`, which never sees the override.
     """
-    serving = _serving(analysis)
-    if serving is None or serving.kind != "vllm" or serving.override_generation_config is None:
+    analysis, serving = subject.analysis, subject.serving
+    if serving.kind != "vllm" or serving.override_generation_config is None:
         return
     ignored = [k for k in serving.override_generation_config.value if k in VLLM_OVERRIDE_STOP_KEYS]
     if ignored:

@@ -180,6 +180,12 @@ def render_deadline(limits: RenderLimits = RenderLimits(), own: bool = False) ->
         _OVERALL.reset(token)
 
 
+def overall_deadline_passed() -> bool:
+    """Whether the enclosing `render_deadline` has run out: every later render would fail too."""
+    overall = _OVERALL.get()
+    return overall is not None and time.monotonic() >= overall[0]
+
+
 def _render_budget(limits: RenderLimits) -> _Budget:
     own = time.monotonic() + limits.max_seconds
     overall = _OVERALL.get()

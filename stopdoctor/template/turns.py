@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
-from stopdoctor.template.sandbox import RenderLimits, TemplateIgnoresMessages, TemplateLimitError, render_chat
+from stopdoctor.template.sandbox import RenderLimits, TemplateIgnoresMessages, TemplateLimitError, overall_deadline_passed, render_chat
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations
@@ -168,7 +168,7 @@ def _try_render(source: str, messages: list[dict], special_tokens: Mapping[str, 
                                special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get(),
                                tools=[_SAMPLE_TOOL] if shape.tools else None, extra=extra or None)
         except TemplateLimitError:
-            if optional:
+            if optional and not overall_deadline_passed():  # the command's deadline is no matter of shape
                 return None
             raise
         except TemplateError as exc:

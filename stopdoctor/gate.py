@@ -1,0 +1,106 @@
+"""The `check` gate: inspect each configured model, its serving files and its expectation, apply
+the settings' select/ignore and severities, and return one `Report`. A model that cannot be loaded
+is recorded with its error and the others still run. No printing, no exiting.
+
+Imports: api, config, core; actions.generate lazily (only for --live, which needs torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stopdoctor import api
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.config import Settings, apply, selected, severity_of
+from stopdoctor.core.errors import InputError, StopdoctorError
+from stopdoctor.core.findings import Finding, Report, Subject
+from stopdoctor.core.types import KINDS, Expectation
+from stopdoctor.facts.serving import ServingConfig, load_serving
+from stopdoctor.rules.inputs import ExpectationInput, ServingInput
+from stopdoctor.rules.runner import REGISTRY
+
+
+def rules_run(settings: Settings, serving: bool, expectation: bool) -> tuple[str, ...]:
+    """The selected rules that apply to a model: the model rules always, the serving rules only
+    with serving files, the expectation rules only with an expectation (or --live), SD000 never
+    (it stands for crashes, reported only when one happens)."""
+    kinds = [Analysis] + ([ServingInput] if serving else []) + ([ExpectationInput] if expectation else [])
+    return tuple(code for code in api.rule_codes(kinds) if selected(settings, REGISTRY[code]))
+
+
+def run_gate(settings: Settings, live: bool = False) -> Report:
+    """`live`: also run the generate fragment probe on each model (torch; see `live_findings`)."""
+    if not settings.models:
+        raise InputError("no model to check",
+                         hint="pass MODEL arguments, or list models in stopdoctor.toml / [tool.stopdoctor] models")
+    serving_cache: dict[Path, ServingConfig] = {}
+    subjects = []
+    for entry in settings.models:
+        serving_files = tuple(dict.fromkeys(p.resolve() for p in (*settings.serving, *entry.serving)))
+        try:
+            result = api.inspect_model(entry.spec, entry.revision)
+        except StopdoctorError as error:
+            subjects.append(Subject(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
+            continue
+        files = dict(result.source.files)
+        findings = list(result.findings)
+        if entry.expectation is not None:
+            findings.extend(api.expectation_findings(result.analysis, entry.expectation))
+        probe = None
+        if live:
+            try:
+                probe = live_probe(result)
+                findings.extend(live_findings(result, entry.expectation, probe))
+            except StopdoctorError as error:
+                subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
+                                        serving=serving_files, error=error, failed_target=f"{entry.spec} (live probe)"))
+                continue
+        for path in serving_files:
+            try:
+                if path not in serving_cache:
+                    serving_cache[path] = load_serving(path)
+                findings.extend(api.serving_findings(result.analysis, serving_cache[path]))
+            except StopdoctorError as error:
+                subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
+                                        serving=serving_files, error=error, failed_target=str(path), live=probe))
+                break
+        else:
+            codes = rules_run(settings, bool(serving_files), entry.expectation is not None or live)
+            subjects.append(Subject(entry.spec, apply(settings, findings), codes, files, result, serving_files, live=probe))
+    levels = {code: severity_of(settings, check) or check.severity for code, check in REGISTRY.items()}
+    return Report("check", subjects, settings.fail_on, settings.config_file, levels)
+
+
+def require_live() -> None:
+    """--live needs torch: fail before the static run, not after it."""
+    from stopdoctor.actions.generate.run import require_torch
+
+    require_torch()
+
+
+def live_probe(result: api.InspectResult) -> Any:
+    """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
+    model's weights: a `FragmentVerdict`."""
+    from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
+
+    return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
+
+
+def live_findings(result: api.InspectResult, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
+    """The fragment probe's verdict held against the expected kind (SD501); without one, against
+    the static verdict only when that was sure, since a mismatch there means the files describe
+    another model. `verdict`: the probe already run (else it runs here)."""
+    if verdict is None:
+        verdict = live_probe(result)
+    check = REGISTRY["SD501"]
+    wanted = expectation.kind if expectation and expectation.kind else None
+    static = result.analysis.verdict.kind if result.analysis.verdict else "unknown"
+    target = wanted or (static if static in KINDS else None)
+    if target is None or verdict.verdict not in KINDS or verdict.verdict == target:
+        return []
+    source = "expect-kind" if wanted else "its files (static verdict)"
+    location = expectation.location("expect-kind") if wanted and expectation else None
+    return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
+                          "serve the checkpoint the configuration names, or fix its chat template and stop ids",
+                          location, expected=target, found=verdict.verdict, probe="fragment")]

@@ -1,0 +1,59 @@
+"""The typed inputs rules check: each rule declares one of these kinds, and the runner gives it
+only subjects of that kind (a serving rule never sees a bare model, a logs rule never a model).
+
+Plain frozen dataclasses; imports analysis and the action results they wrap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stopdoctor.actions.labels.build import LabelsResult
+from stopdoctor.actions.logs.query import LogsReport
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.types import Expectation
+from stopdoctor.facts.serving import ServingConfig
+
+# A model's files and what was derived from them: the rules of SD1xx-SD3xx take the `Analysis`
+# itself, so `ModelInput` is simply that type.
+ModelInput = Analysis
+
+
+@dataclass(frozen=True)
+class ServingInput:
+    """A model and one serving configuration deployed with it (SD4xx)."""
+
+    analysis: Analysis
+    serving: ServingConfig
+
+
+@dataclass(frozen=True)
+class ExpectationInput:
+    """A model and what the project's configuration asserts about it (SD5xx)."""
+
+    analysis: Analysis
+    expectation: Expectation
+
+
+@dataclass(frozen=True)
+class LabelsInput:
+    """A model and the training labels built from a dataset for it (SD6xx)."""
+
+    analysis: Analysis
+    labels: LabelsResult
+
+
+@dataclass(frozen=True)
+class LogsInput:
+    """Response logs, read with or without a model (SD7xx)."""
+
+    logs: LogsReport
+
+
+KINDS: dict[type, str] = {
+    Analysis: "model",
+    ServingInput: "serving",
+    ExpectationInput: "expectation",
+    LabelsInput: "labels",
+    LogsInput: "logs",
+}
