@@ -16,7 +16,7 @@ Imports: every stage below it (facts, template, analysis, actions, rules); never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,32 +28,9 @@ from stopdoctor.facts.model_facts import ModelFacts, load_facts
 from stopdoctor.facts.resolve import resolve
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput
+from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 from stopdoctor.rules.runner import rules_for, run_rules
-from stopdoctor.runtimes.stops import primary_runtime
 from stopdoctor.template.sandbox import render_deadline
-
-# What a complete HF folder holds for stop diagnosis; anything absent is listed in the report.
-EXPECTED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
-
-
-@dataclass(frozen=True)
-class InspectResult:
-    source: ModelSource
-    facts: ModelFacts
-    analysis: Analysis
-    findings: list[Finding]
-
-    @property
-    def missing_files(self) -> list[str]:
-        if self.source.kind == "gguf":
-            return []
-        return [name for name in EXPECTED_FILES if name not in self.source.files]
-
-    @property
-    def primary_runtime(self) -> str:
-        """The runtime whose stop ids are called "effective": the model's own format's runtime."""
-        return primary_runtime(self.facts)
-
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
     """A model spec (folder, .gguf file, hub id) read into facts; nothing derived yet."""
@@ -110,12 +87,6 @@ def _model_files(source: ModelSource) -> dict[str, Path]:
 # --- logs ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LogsResult:
-    report: Any  # stopdoctor.actions.logs.query.LogsReport
-    findings: list[Finding]
-
-
 def logs_findings(report: Any) -> list[Finding]:
     """The logs rules (SD7xx) on a logs report."""
     return run_rules(LogsInput(report))
@@ -139,15 +110,6 @@ def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severi
 
 
 # --- labels ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LabelsReport:
-    source: ModelSource
-    facts: ModelFacts
-    analysis: Analysis
-    labels: object  # stopdoctor.actions.labels.build.LabelsResult
-    findings: list[Finding]
 
 
 def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:

@@ -19,16 +19,12 @@ Nothing here prints. Imports: errors, analysis (as data), runtimes, serving.
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
-import stat
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.runtimes.stops import tokenizer_eos
 
@@ -37,79 +33,6 @@ if TYPE_CHECKING:
     from stopdoctor.facts.serving import ServingConfig
 
 HF_RUNTIMES = ("transformers", "vllm", "tgi")
-
-
-@dataclass(frozen=True)
-class FileEdit:
-    path: Path  # the file to write
-    label: str  # the name shown in the diff
-    before: str | None  # None: the file is created
-    after: str
-    reason: str
-
-    def diff(self) -> str:
-        before = [] if self.before is None else self.before.splitlines(keepends=True)
-        after = self.after.splitlines(keepends=True)
-        lines = difflib.unified_diff(before, after, "/dev/null" if self.before is None else f"a/{self.label}",
-                                     f"b/{self.label}")
-        out = []
-        for line in lines:
-            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-        return "".join(out)
-
-
-@dataclass(frozen=True)
-class FixPlan:
-    edits: tuple[FileEdit, ...]
-    notes: tuple[str, ...]  # defects found that have no safe mechanical fix
-
-    def diff(self) -> str:
-        return "".join(edit.diff() for edit in self.edits)
-
-    def write(self) -> None:
-        for edit in self.edits:
-            _refuse_linked(edit.path)
-        for edit in self.edits:
-            _write_atomically(edit.path, edit.after)
-
-
-def _refuse_linked(path: Path) -> None:
-    """Never write through a symlink or a hard link: the bytes would land outside the model folder
-    (a hub cache snapshot links every file to a shared blob)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None and stat.S_ISLNK(info.st_mode):
-        raise InputError(f"{path} is a symbolic link; stopdoctor does not write through links",
-                         "copy the model folder (cp -rL) and fix the copy")
-    if info is not None and info.st_nlink > 1:
-        raise InputError(f"{path} has {info.st_nlink} hard links; writing it would change the other copies too",
-                         "copy the file (cp --remove-destination) and run fix again")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, flushed, then renamed over the target: a failure leaves the
-    old file whole. Keeps the file's permissions."""
-    mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else 0o644
-    try:
-        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
-                                             prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    except OSError as exc:
-        raise InputError(f"cannot write in {path.parent}: {exc.strerror or exc}; nothing was changed") from exc
-    try:
-        with handle:
-            # newline="" keeps the file's own line endings: the edit text already carries them.
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, mode)
-        os.replace(handle.name, path)
-    except BaseException as exc:
-        Path(handle.name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
-        raise
 
 
 # --- JSON text surgery ------------------------------------------------------------------------------

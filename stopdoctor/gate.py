@@ -18,6 +18,7 @@ from stopdoctor.core.findings import Finding, Report, Subject
 from stopdoctor.core.types import KINDS, Expectation
 from stopdoctor.facts.serving import ServingConfig, load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput
+from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 
 
@@ -79,7 +80,7 @@ def require_live() -> None:
     require_torch()
 
 
-def live_probe(result: api.InspectResult) -> Any:
+def live_probe(result: InspectResult) -> Any:
     """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
     model's weights: a `FragmentVerdict`."""
     from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
@@ -87,7 +88,7 @@ def live_probe(result: api.InspectResult) -> Any:
     return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
 
 
-def live_findings(result: api.InspectResult, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
+def live_findings(result: InspectResult, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
     """The fragment probe's verdict held against the expected kind (SD501); without one, against
     the static verdict only when that was sure, since a mismatch there means the files describe
     another model. `verdict`: the probe already run (else it runs here)."""

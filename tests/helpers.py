@@ -19,7 +19,7 @@ class Run:
 
 
 def cli(*args: str, env: dict | None = None) -> Run:
-    from stopdoctor.cli import app
+    from stopdoctor.cli.app import app
 
     result = CliRunner().invoke(app, list(args), env=env)
     if result.exception is not None and not isinstance(result.exception, SystemExit):

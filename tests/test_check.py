@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from stopdoctor.cli import app
+from stopdoctor.cli.app import app
 
 
 @pytest.fixture

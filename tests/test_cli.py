@@ -72,7 +72,7 @@ def test_console_script_help():
 def test_slow_work_says_so_on_stderr_after_a_second(monkeypatch, capsys):
     import time
 
-    from stopdoctor.cli import working
+    from stopdoctor.cli.output import working
 
     with working("converting the GGUF tokenizer…"):
         time.sleep(1.3)

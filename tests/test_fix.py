@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import stopdoctor.cli.fix  # noqa: F401  (registers the command until cli/__init__ imports it)
 from stopdoctor.api import inspect_model
-from stopdoctor.cli import app
+from stopdoctor.cli.app import app
 from stopdoctor.fix import plan_fixes, set_top_level_ids
 from stopdoctor.api import serving_findings
 from stopdoctor.facts.serving import load_serving

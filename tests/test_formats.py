@@ -170,3 +170,25 @@ def test_sarif_points_each_model_entry_at_its_own_table(workspace):
     assert [(r["properties"]["model"].split("/")[-1], r["locations"][0]["physicalLocation"]["region"]["startLine"])
             for r in results] == [("llama3", 4), ("chatml", 9)]
     assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "stopdoctor.toml" for r in results)
+
+
+@pytest.mark.parametrize("args", [
+    ["labels", "fixtures/examples/chatml-ok", "--data", "fixtures/labels/chat.jsonl", "--collator", "assistant-only"],
+    ["logs", "fixtures/logs/responses.jsonl"],
+], ids=["labels", "logs"])
+def test_labels_and_logs_write_valid_sarif_pointing_at_their_files(args, monkeypatch):
+    """labels and logs go through the same Report as check: their SARIF validates and every result
+    points at a file of the subject, with a line."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from .helpers import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    run = cli(*args, "--format", "sarif")
+    assert run.code == 1, run.stderr  # an error-level finding in each bundled example
+    document = json.loads(run.stdout)
+    jsonschema.validate(document, sarif_schema())
+    results = document["runs"][0]["results"]
+    assert results and document["runs"][0]["properties"]["command"] == args[0]
+    for result in results:
+        physical = result["locations"][0]["physicalLocation"]
+        assert Path(physical["artifactLocation"]["uri"]).exists() and physical["region"]["startLine"] >= 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from stopdoctor.cli import app
+from stopdoctor.cli.app import app
 from stopdoctor.core.errors import InputError
 from stopdoctor.actions.generate.run import Sampling, build_prompt, load_context, resolve_stops, run_generate
 

@@ -93,7 +93,7 @@ def test_json_contract(synth_root):
     assert set(doc["stop_ids"]["per_runtime"]) == {"transformers", "vllm", "tgi", "llama.cpp"}
     finding = doc["findings"][0]
     assert set(finding) >= {"code", "name", "severity", "message", "fix", "location"}
-    assert finding["location"] == {"file": "generation_config.json", "key": "eos_token_id"}
+    assert finding["location"] == {"file": "generation_config.json", "key": "eos_token_id", "line": 4}  # the line, resolved when read
 
 
 def test_fail_on_and_exit_codes(synth_root):

@@ -423,7 +423,7 @@ def test_long_work_keeps_saying_it_is_alive(monkeypatch, capsys):
     import re
     import time
 
-    from stopdoctor.cli import working
+    from stopdoctor.cli.output import working
 
     monkeypatch.setattr(working, "FIRST", 0.05)
     monkeypatch.setattr(working, "HEARTBEAT", 0.2)

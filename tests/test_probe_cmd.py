@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stopdoctor.api import load
-from stopdoctor.cli import app
+from stopdoctor.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATML_OK = ROOT / "fixtures" / "examples" / "chatml-ok"

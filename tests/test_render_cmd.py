@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stopdoctor.api import load
-from stopdoctor.cli import app
+from stopdoctor.cli.app import app
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.actions.prompt import render_prompt
 

@@ -8,14 +8,13 @@ the configuration could not be used (the other models are still reported), 3 int
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, List, Optional  # typer reads these; `list[str] | None` trips its list parser
 
 import typer
 
-from stopdoctor.core.errors import shorten
-from stopdoctor.cli import ColorOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, FormatOpt, OutputOpt, RevisionOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import say, working, write_report
 
 ModelsArg = Annotated[Optional[List[str]], typer.Argument(metavar="[MODEL]...",
     help="Models to check (folders, .gguf files, hub ids); default: the configured models.", show_default=False)]
@@ -23,8 +22,6 @@ ServingOpt = Annotated[Optional[List[str]], typer.Option(
     "--serving", help="Serving configuration deployed with the models (vLLM, Ollama Modelfile, llama.cpp, request); repeatable.",
     show_default=False)]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: stopdoctor.toml or pyproject.toml, searched upward).")]
-FormatOpt = Annotated[str | None, typer.Option("--format", help="human, json, sarif, junit or github (default: human).", show_default=False)]
-OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the document to this file instead of stdout.")]
 CheckFailOnOpt = Annotated[str | None, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1 (default: error).", show_default=False)]
 SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only these checks: codes, prefixes (SD1) or names; repeatable or comma-separated.", show_default=False)]
 IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these checks: codes, prefixes or names.", show_default=False)]
@@ -42,12 +39,8 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
     from stopdoctor.config import load_settings, with_flags
     from stopdoctor.gate import require_live, run_gate
-    from stopdoctor.core.errors import InputError
-
     if json:
-        if format not in (None, "json"):
-            raise InputError(f"--json and --format {format} ask for two formats", hint="pass one of them")
-        format = "json"
+        format = chosen_format(format, json)
     settings = with_flags(load_settings(config=config), models=models, revision=revision, serving=serving,
                           fail_on=fail_on, select=select, ignore=ignore, format=format)
     if settings.config_file is not None:
@@ -56,62 +49,9 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
         require_live()  # before the static run: a runner without torch should fail fast, not after minutes
     with working("checking…"):
         report = run_gate(settings, live=live)
-    base = Path.cwd()
-    document = _render(settings.format, report, base, exit_zero, color if output is None else False)
-    if output is not None:
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(document, encoding="utf-8")
-        except OSError as error:
-            from stopdoctor.core.errors import InputError
-
-            raise InputError(f"{output}: cannot write: {error.strerror or error}") from None
-        say(f"stopdoctor: wrote {settings.format} report to {output}")
-    else:
-        emit(document)
+    write_report(report, settings.format, output, color, exit_zero=exit_zero)
     _summarise(report, exit_zero)
     return report.exit_code(exit_zero)
-
-
-def _render(format: str, report, base: Path, exit_zero: bool, color: bool | None) -> str:
-    if format == "json":
-        from stopdoctor.reporters.check_json import render_check_json
-
-        return render_check_json(report, base, exit_zero)
-    if format == "sarif":
-        from stopdoctor.reporters.sarif import render_sarif
-
-        return render_sarif(report, base)
-    if format == "junit":
-        from stopdoctor.reporters.junit import render_junit
-
-        return render_junit(report, base)
-    if format == "github":
-        from stopdoctor.reporters.github import render_github
-
-        return render_github(report, base)
-    return _human(report, color_for_stdout(color), width_for_stdout())
-
-
-def _human(report, color: bool, width: int) -> str:
-    """The inspect report of each model with the gate's findings (filtered, severities applied)."""
-    from stopdoctor.reporters.human import render_inspect_human
-
-    parts = []
-    for model in report.subjects:
-        if model.result is not None:
-            parts.append(render_inspect_human(dataclasses.replace(model.result, findings=model.findings), color, width,
-                                              command="check", unfinished=model.error_line))
-        if model.live is not None:
-            from stopdoctor.reporters.generation import render_live_human
-
-            parts.append(render_live_human(model.live, color, width))
-        if model.error is not None and model.result is None:
-            hint = f"\nhint: {model.error.hint}" if model.error.hint else ""
-            from stopdoctor.reporters.console import printable
-
-            parts.append(printable(f"stopdoctor check {shorten(model.name, 80)}\n  could not check it: {model.error_line}{hint}\n"))
-    return "\n".join(parts)
 
 
 def _summarise(report, exit_zero: bool) -> None:

@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli import JsonOpt, ModelArg, RevisionOpt, app, emit, handles_errors, say
+from stopdoctor.cli.app import JsonOpt, ModelArg, RevisionOpt, app, handles_errors
+from stopdoctor.cli.output import emit, say
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
 KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]

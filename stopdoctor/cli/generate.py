@@ -15,7 +15,8 @@ import math
 
 import typer
 
-from stopdoctor.cli import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, message_pairs, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, handles_errors, message_pairs
+from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, working
 
 
 # A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.

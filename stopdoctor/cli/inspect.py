@@ -6,29 +6,23 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
+from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, working, write_report
 
 
 @app.command()
 @handles_errors
 def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False, fail_on: FailOnOpt = "error",
-            color: ColorOpt = None) -> int:
+            color: ColorOpt = None, format: FormatOpt = None, output: OutputOpt = None) -> int:
     """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
     threshold = parse_severity(fail_on)
-    from stopdoctor.api import inspect_model
-    from stopdoctor.core.findings import exit_code
+    format = chosen_format(format, json)
+    from stopdoctor.api import inspect_model, inspect_report
 
     with working(f"inspecting {model}…"):
-        result = inspect_model(model, revision)
-    if json:
-        from stopdoctor.reporters.inspect_json import render_inspect_json
-
-        emit(render_inspect_json(result))
-    else:
-        from stopdoctor.reporters.human import render_inspect_human
-
-        emit(render_inspect_human(result, color=color_for_stdout(color), width=width_for_stdout()))
-    return exit_code(result.findings, threshold)
+        report = inspect_report(inspect_model(model, revision), threshold)
+    write_report(report, format, output, color)
+    return report.exit_code()
 
 
 @app.command()

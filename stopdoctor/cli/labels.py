@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, say, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
+from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working, write_report
 
 DataOpt = Annotated[Path, typer.Option(
     "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]
@@ -91,13 +92,15 @@ def labels(
     json: JsonOpt = False,
     fail_on: FailOnOpt = "error",
     color: ColorOpt = None,
+    format: FormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
     threshold = parse_severity(fail_on)
-    from stopdoctor.api import check_labels_of, load
+    format = chosen_format(format, json)
+    from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.labels.build import COLLATORS, LabelSettings
-    from stopdoctor.core.findings import exit_code
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
@@ -119,15 +122,9 @@ def labels(
         report = check_labels_of(facts, str(data), settings, limit, progress)
     finally:
         progress.close()
-    if json:
-        from stopdoctor.reporters.labels_text import render_labels_json
-
-        emit(render_labels_json(report, show))
-    else:
-        from stopdoctor.reporters.labels_text import render_labels_human
-
-        emit(render_labels_human(report, show, color=color_for_stdout(color), width=width_for_stdout()))
-    return exit_code(report.findings, threshold)
+    report = labels_report(report, str(data), threshold)
+    write_report(report, format, output, color, show=show)
+    return report.exit_code()
 
 
 def _location(path: Path):

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, parse_severity, width_for_stdout
+from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
+from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, write_report
 
 # Below this much input the report takes about a second: no progress bar.
 PROGRESS_BYTES = 64 * 1024 * 1024
@@ -90,9 +91,12 @@ def logs(
     json: JsonOpt = False,
     fail_on: FailOnOpt = "error",
     color: ColorOpt = None,
+    format: FormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """How often logged responses stopped for the wrong reason: cut by the budget, or ran on into a fake next turn."""
     threshold = parse_severity(fail_on)
+    format = chosen_format(format, json)
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
 
@@ -107,17 +111,10 @@ def logs(
 
         emit(normalising_queries(files, model_vocabulary(model, revision) if model else None, settings))
         return 0
-    from stopdoctor.api import analyze_log_files
-    from stopdoctor.core.findings import exit_code
+    from stopdoctor.api import analyze_log_files, logs_report
 
     with _Progress(files) as progress:
         result = analyze_log_files(files, model, revision, settings, progress.callback)
-    if json:
-        from stopdoctor.reporters.logs_text import render_logs_json
-
-        emit(render_logs_json(result, threshold))
-    else:
-        from stopdoctor.reporters.logs_text import render_logs_human
-
-        emit(render_logs_human(result, color=color_for_stdout(color), width=width_for_stdout()))
-    return exit_code(result.findings, threshold)
+    report = logs_report(result, files, threshold)
+    write_report(report, format, output, color)
+    return report.exit_code()

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli import ColorOpt, JsonOpt, RevisionOpt, app, color_for_stdout, emit, handles_errors, say, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, RevisionOpt, app, handles_errors
+from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
 
 
 @app.command("probe-stop")

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from stopdoctor.cli import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, color_for_stdout, emit, handles_errors, message_pairs, say, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, handles_errors, message_pairs
+from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
 
 MessagesOpt = Annotated[Path | None, typer.Option(
     "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]

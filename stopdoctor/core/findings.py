@@ -54,7 +54,7 @@ class Subject:
     """One thing a command judged (a model, a dataset, a set of logs) and its findings, each with
     its location already resolved (file, key, line). `files` maps the subject's own file names to
     local paths, so a reporter can turn a relative `Location.file` into a path without reading
-    anything. `result` is the command's own result (`api.InspectResult`, …) for the human and
+    anything. `result` is the command's own result (`stopdoctor.rules.results.InspectResult`, …) for the human and
     JSON reporters; `error` is set when the subject could not be checked."""
 
     name: str

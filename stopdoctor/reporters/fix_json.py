@@ -2,7 +2,7 @@
 its unified diff, and the defects that have no safe mechanical fix. Fields are public interface:
 add, never rename. Pure: a plan in, a string out.
 
-Imports: fix (data only), render.inspect_json (the header).
+Imports: actions.edits (data only), reporters.inspect_json (the header).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stopdoctor.fix import FixPlan
+from stopdoctor.actions.edits import FixPlan
 from stopdoctor.reporters.inspect_json import header
 
 

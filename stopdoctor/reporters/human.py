@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from stopdoctor.api import InspectResult
+from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Check
 from stopdoctor.core.findings import Severity

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from stopdoctor import __version__
-from stopdoctor.api import InspectResult
+from stopdoctor.rules.results import InspectResult
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
 
@@ -19,7 +19,7 @@ def header(schema: str) -> dict[str, Any]:
 
 
 def location(loc: Location | None) -> dict[str, Any] | None:
-    return None if loc is None else {"file": loc.file, "key": loc.key}
+    return None if loc is None else {"file": loc.file, "key": loc.key, "line": loc.line}
 
 
 def finding(f: Finding) -> dict[str, Any]:

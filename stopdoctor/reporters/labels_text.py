@@ -17,7 +17,7 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 
-from stopdoctor.api import LabelsReport
+from stopdoctor.rules.results import LabelsReport
 from stopdoctor.actions.labels.build import CAUSES, LabelledExample, LabelsResult
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings

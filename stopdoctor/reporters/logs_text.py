@@ -12,7 +12,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from stopdoctor.api import LogsResult
+from stopdoctor.rules.results import LogsResult
 from stopdoctor.core.findings import Severity
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings, visible
