@@ -1,3 +1,5 @@
+"""`python -m stopdoctor`: the command line."""
+
 from stopdoctor.cli import main
 
 main()

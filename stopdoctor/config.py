@@ -26,11 +26,12 @@ from stopdoctor.core.types import KINDS, Expectation
 from stopdoctor.facts.lines import line_at
 from stopdoctor.facts.model_facts import load_text
 from stopdoctor.rules.registry import Check
+from stopdoctor.reporters.formats import FORMATS as REPORT_FORMATS
 from stopdoctor.rules.runner import REGISTRY
 
 CONFIG_NAMES = ("stopdoctor.toml", "pyproject.toml")
 MAX_CONFIG_BYTES = 4_000_000  # a pyproject.toml is a few kB  # first match per directory wins
-FORMATS = ("human", "json", "sarif", "junit", "github")
+FORMATS = tuple(REPORT_FORMATS)  # every format a Report renders to
 ENV_PREFIX = "STOPDOCTOR_"
 # A selector is a code prefix ("SD", "SD1", "SD203") or a check name ("pad-is-eos").
 PREFIX = re.compile(r"^SD\d{0,3}$", re.IGNORECASE)

@@ -1,0 +1,1 @@
+"""Response logs read with DuckDB: finish reasons, budget cuts, runaway turns."""
