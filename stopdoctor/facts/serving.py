@@ -371,8 +371,9 @@ def _int(path: Path, setting: Setting) -> int:
 MODELFILE_LINE = re.compile(r"^\s*(?P<cmd>[A-Za-z]+)\s*(?P<rest>.*)$")
 
 
-def _modelfile_commands(path: Path, text: str) -> list[tuple[str, str, int]]:
-    """(INSTRUCTION, argument, line number) in order; `\"\"\"` arguments span lines."""
+def modelfile_commands(path: Path, text: str) -> list[tuple[str, str, int]]:
+    """A Modelfile's (INSTRUCTION, argument, line number) in order; `\"\"\"` arguments span lines.
+    `fix` uses the line numbers to add PARAMETER lines after the last one."""
     lines = text.splitlines()
     out = []
     i = 0
@@ -428,7 +429,7 @@ def _unquote(value: str) -> str:
 
 
 def _parse_modelfile(path: Path, text: str) -> ServingConfig:
-    commands = _modelfile_commands(path, text)
+    commands = modelfile_commands(path, text)
     model = template = None
     stops: list[Setting] = []
     options: dict[str, Setting] = {}

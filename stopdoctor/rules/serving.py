@@ -329,14 +329,14 @@ def stop_string_false_positive(analysis: Analysis, self: Check):
     serving = _serving(analysis)
     if serving is None:
         return
-    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, _find_false_positives
+    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, find_false_positives
 
     vocab = analysis.facts.vocab
     specials = set(vocab.special_tokens)
     for setting in serving.stop:
         if setting.value in specials:
             continue
-        hits = _find_false_positives(setting.value, SAMPLE_ANSWERS)
+        hits = find_false_positives(setting.value, SAMPLE_ANSWERS)
         if hits:
             names = sorted({h.sample for h in hits})
             yield self.finding(

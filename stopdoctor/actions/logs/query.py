@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, TurnEnder, _headline_turn, diagnose
+from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, TurnEnder, headline_turn, diagnose
 from stopdoctor.core.errors import InputError, MissingDependencyError
 
 # --------------------------------------------------------------------------------------------
@@ -584,7 +584,7 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
             if _plausible_turn(masked, turn, seen_words):
                 turns.setdefault(turn.offset, turn)
     ordered = tuple(turns[k] for k in sorted(turns))
-    return Diagnosis(missed, None, _headline_turn(ordered, weak_allowed=weak_allowed), ordered)
+    return Diagnosis(missed, None, headline_turn(ordered, weak_allowed=weak_allowed), ordered)
 
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings) -> LogsReport:
