@@ -16,7 +16,8 @@ optionally under `response.body` as in OpenAI batch output): OpenAI-compatible c
 `/generate` (`details.finish_reason`), llama.cpp `/completion` (`stop_type`, `stopped_*`,
 `stopping_word`), Ollama `/api/chat` and `/api/generate` (`done_reason`).
 
-Imports: errors, diagnose, analysis/api (only with --model). Never prints.
+Imports: core, facts and analysis (the model's facts and turn structure, only with --model),
+diagnose; duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
@@ -167,10 +168,10 @@ def builtin_vocabulary() -> TurnVocabulary:
 def model_vocabulary(spec: str, revision: str | None = None) -> TurnVocabulary:
     """The model's own headers, specials and turn enders, from its template and files."""
     from stopdoctor.analysis.core import analyze
-    from stopdoctor.api import load
     from stopdoctor.analysis.diagnose import turn_enders, turn_headers
+    from stopdoctor.facts.model_facts import load_model
 
-    facts = load(spec, revision)
+    facts = load_model(spec, revision)
     analysis = analyze(facts)
     specials = tuple(facts.vocab.special_tokens)
     return TurnVocabulary((("model", turn_headers(analysis), specials),), turn_enders(analysis), spec)
