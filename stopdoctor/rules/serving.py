@@ -15,7 +15,8 @@ import re
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
-from stopdoctor.facts.serving import ServingConfig, effective_stops
+from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
 # llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
@@ -116,7 +117,7 @@ def serving_drops_end_of_turn(analysis: Analysis, self: Check):
     serving = _serving(analysis)
     if serving is None or serving.kind == "request":
         return
-    stops = effective_stops(analysis, serving)
+    stops = served_stops(analysis.facts, serving, analysis.stops)
     if not stops.known:
         return
     llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
