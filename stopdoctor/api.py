@@ -17,7 +17,7 @@ from stopdoctor.facts.model_facts import ModelFacts, load_facts
 from stopdoctor.core.types import ModelSource
 from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.stops import primary_runtime
-from stopdoctor.template.sandbox import render_deadline
+from stopdoctor.template.limits import render_deadline
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.facts.resolve import resolve
 

@@ -14,7 +14,7 @@ from stopdoctor.api import check_labels, load
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.actions.labels.build import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_GENERATION, PAD_MASKED, SPLIT, TRUNCATED, LabelSettings, count_examples, iter_examples, label_dataset, load_examples
 from stopdoctor.core.types import ChatTemplate, Location
-from stopdoctor.template.sandbox import render_chat
+from stopdoctor.template.render import render_chat
 
 from .helpers import cli
 
@@ -569,7 +569,7 @@ def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, cas
 def test_a_dataset_is_not_held_to_the_commands_render_deadline(synth_root, tmp_path):
     """The command's shared render deadline is for its fixed analysis renders; rendering a big
     dataset takes longer than that and must still finish (it failed after ~27k examples)."""
-    from stopdoctor.template.sandbox import RenderLimits, render_deadline
+    from stopdoctor.template.limits import RenderLimits, render_deadline
 
     facts = load(str(synth_root / "clean-chatml"))
     analysis = analyze(facts)

@@ -217,7 +217,7 @@ def _with_template_line(error: TemplateError, template: ChatTemplate) -> Templat
 
 def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
                  add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
-    from stopdoctor.template.sandbox import render_chat
+    from stopdoctor.template.render import render_chat
 
     try:
         return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,

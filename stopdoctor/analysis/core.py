@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
-from stopdoctor.template.sandbox import TemplateIgnoresMessages
+from stopdoctor.template.render import TemplateIgnoresMessages
 from stopdoctor.template.turns import TurnStructure, analyze_turns, template_writes_bos
 from stopdoctor.analysis.verdict import Verdict, decide
 

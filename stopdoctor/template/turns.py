@@ -1,7 +1,7 @@
 """Turn structure: what a chat template writes around each message, learnt by rendering sentinel
 conversations in the sandbox, never from a list of known model families.
 
-Imports: the standard library, `stopdoctor.template.sandbox` and `stopdoctor.core.errors`.
+Imports: the standard library, `stopdoctor.template` (render, limits) and `stopdoctor.core.errors`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
-from stopdoctor.template.sandbox import RenderLimits, TemplateIgnoresMessages, TemplateLimitError, render_chat
+from stopdoctor.template.limits import RenderLimits, TemplateLimitError
+from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations

@@ -32,7 +32,7 @@ from stopdoctor.core.types import Location, ModelSource
 from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
 from stopdoctor.facts.resolve import resolve
 from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
-from stopdoctor.template.sandbox import render_chat
+from stopdoctor.template.render import render_chat
 
 INSTALL_HINT = "pip install 'stopdoctor[runtime]'  (torch and accelerate)"
 USER_STOP = Location("--stop-id")

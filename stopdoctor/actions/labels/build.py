@@ -62,7 +62,8 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import InputError, TemplateError
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.types import ChatTemplate
-from stopdoctor.template.sandbox import ChatRenderer, render_deadline
+from stopdoctor.template.render import ChatRenderer
+from stopdoctor.template.limits import render_deadline
 
 COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl")
 
