@@ -96,7 +96,7 @@ def labels(
     threshold = parse_severity(fail_on)
     from stopdoctor.api import check_labels_of, load
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.labels.build import COLLATORS, LabelSettings
+    from stopdoctor.actions.labels.result import COLLATORS, LabelSettings
     from stopdoctor.core.findings import exit_code
 
     if collator not in COLLATORS:
