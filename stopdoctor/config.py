@@ -520,7 +520,8 @@ def require_live() -> None:
     from stopdoctor.core.errors import MissingDependencyError
 
     try:
-        from stopdoctor.actions.generate.run import fragment_test, require_torch  # noqa: F401 - presence is the check
+        from stopdoctor.actions.generate.run import fragment_test  # noqa: F401 - presence is the check
+        from stopdoctor.actions.generate.local import require_torch
     except ModuleNotFoundError as missing:
         if missing.name != f"{__package__}.generate":
             raise
@@ -535,7 +536,8 @@ def require_live() -> None:
 def live_probe(result: Any) -> Any:
     """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
     model's weights: a `generate.FragmentVerdict`."""
-    from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.run import ModelContext, fragment_test
 
     return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
 

@@ -68,6 +68,16 @@ class Generation:
     def tokens(self) -> list[int]:
         return [s.id for s in self.steps]
 
+    @property
+    def new_tokens(self) -> int | None:
+        """How many tokens it generated: its steps, else what a server's `usage` says
+        (`completion_tokens`); None when neither tells."""
+        if self.steps:
+            return len(self.steps)
+        usage = (self.server or {}).get("usage")
+        count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
 
 @dataclass(frozen=True)
 class TurnEnder:
