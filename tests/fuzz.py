@@ -564,7 +564,8 @@ def fuzz(count: int, seed: int, jobs: int = 2, keep: Path | None = None, progres
     import stopdoctor.api  # noqa: F401
     import stopdoctor.cli  # noqa: F401
     import stopdoctor.config  # noqa: F401
-    import stopdoctor.actions.prompt  # noqa: F401
+    import stopdoctor.actions.probe  # noqa: F401
+    import stopdoctor.actions.render  # noqa: F401
     import stopdoctor.template.render  # noqa: F401
     import stopdoctor.facts.serving  # noqa: F401
 

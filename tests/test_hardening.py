@@ -450,7 +450,7 @@ def test_render_of_a_prompt_with_a_million_tokens(model):
 
 def test_prompt_tokens_behave_as_a_list(model):
     from stopdoctor.api import load
-    from stopdoctor.actions.prompt import encode_prompt
+    from stopdoctor.actions.render import encode_prompt
 
     ids, tokens = encode_prompt(load(model()), "<|im_start|>user\nhi<|im_end|>\n")
     as_list = list(tokens)

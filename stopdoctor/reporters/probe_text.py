@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stopdoctor.actions.prompt import ProbeReport, StopReport
+from stopdoctor.actions.probe import ProbeReport, StopReport
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.inspect_json import header
 from stopdoctor.reporters.prompt_text import quoted

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stopdoctor.actions.prompt import PromptComparison, RenderedPrompt, SpecialSpan
+from stopdoctor.actions.render import PromptComparison, RenderedPrompt, SpecialSpan
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.inspect_json import header
 
