@@ -86,7 +86,8 @@ def logs_findings(report: Any) -> list[Finding]:
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
                       settings: Any = None, on_progress: Any = None) -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
-    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, model_vocabulary
+    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
+    from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
     vocabulary = model_vocabulary(model, revision) if model else None
     report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
