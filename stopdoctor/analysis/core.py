@@ -108,12 +108,6 @@ class Analysis:
     def runtime(self, name: str) -> RuntimeStops:
         return next(s for s in self.stops if s.runtime == name)
 
-    @property
-    def effective_ids(self) -> list[int]:
-        """Ids every runtime stops on is too strict; this is the union a user sees listed first:
-        the transformers set, which the model's own files define."""
-        return self.runtime("transformers").ids
-
 
 def analyze(facts: ModelFacts) -> Analysis:
     analysis = Analysis(facts=facts)

@@ -241,14 +241,8 @@ def width_for_stdout() -> int:
     return max(60, min(shutil.get_terminal_size((100, 24)).columns, 160)) if sys.stdout.isatty() else 100
 
 
-from stopdoctor.cli import inspect as _inspect  # noqa: E402,F401  (registers commands)
-
-for _optional in ("render", "probe", "generate", "check", "fix", "labels", "logs"):
-    try:
-        __import__(f"{__name__}.{_optional}")
-    except ModuleNotFoundError as _missing:  # a command module not written yet
-        if _missing.name != f"{__name__}.{_optional}":
-            raise
+# Each command module registers its command on `app` when imported.
+from stopdoctor.cli import inspect, render, probe, generate, check, fix, labels, logs  # noqa: E402,F401
 
 
 def main() -> None:
