@@ -29,7 +29,9 @@ def main() -> None:
     import torch
 
     from stopdoctor.analysis.diagnose import Step
-    from stopdoctor.actions.generate.run import LocalEngine, build_prompt, load_context, resolve_stops, run_generate
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.request import build_prompt, resolve_stops
+    from stopdoctor.actions.generate.run import load_context, run_generate
     from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
     torch.set_num_threads(max(1, torch.get_num_threads()))

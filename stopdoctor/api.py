@@ -24,17 +24,16 @@ from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
-from stopdoctor.facts.model_facts import ModelFacts, load_facts
-from stopdoctor.facts.resolve import resolve
+from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput
 from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 from stopdoctor.rules.runner import rules_for, run_rules
-from stopdoctor.template.sandbox import render_deadline
+from stopdoctor.template.limits import render_deadline
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
     """A model spec (folder, .gguf file, hub id) read into facts; nothing derived yet."""
-    return load_facts(resolve(spec, revision))
+    return load_model(spec, revision)
 
 
 def _located(facts: ModelFacts | None, findings: Iterable[Finding]) -> list[Finding]:
@@ -95,7 +94,8 @@ def logs_findings(report: Any) -> list[Finding]:
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
                       settings: Any = None, on_progress: Callable[[float], None] | None = None) -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
-    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, model_vocabulary
+    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
+    from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
     vocabulary = model_vocabulary(model, revision) if model else None
     report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
@@ -126,7 +126,9 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
-    from stopdoctor.actions.labels.build import LabelSettings, count_examples, iter_examples, label_dataset
+    from stopdoctor.actions.labels.result import LabelSettings
+    from stopdoctor.facts.datasets import count_examples, iter_examples
+    from stopdoctor.actions.labels.build import label_dataset
 
     analysis = analyze(facts)
     total = count_examples(data, limit)

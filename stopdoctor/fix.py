@@ -222,12 +222,12 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
 
 
 def _add_modelfile_stops(serving: ServingConfig, stops: list[str]) -> str:
-    from stopdoctor.facts.serving import _modelfile_commands
+    from stopdoctor.facts.serving import modelfile_commands
 
     text = serving.text
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
-    parameter_lines = [line for cmd, _, line in _modelfile_commands(serving.path, text) if cmd.startswith("PARAMETER ")]
+    parameter_lines = [line for cmd, _, line in modelfile_commands(serving.path, text) if cmd.startswith("PARAMETER ")]
     added = "".join(f"PARAMETER stop {json.dumps(stop, ensure_ascii=False)}{newline}" for stop in stops)
     if parameter_lines:
         at = max(parameter_lines)  # 1-based line of the last PARAMETER: insert after it

@@ -75,7 +75,7 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
 
 def require_live() -> None:
     """--live needs torch: fail before the static run, not after it."""
-    from stopdoctor.actions.generate.run import require_torch
+    from stopdoctor.actions.generate.local import require_torch
 
     require_torch()
 
@@ -83,7 +83,8 @@ def require_live() -> None:
 def live_probe(result: InspectResult) -> Any:
     """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
     model's weights: a `FragmentVerdict`."""
-    from stopdoctor.actions.generate.run import LocalEngine, ModelContext, fragment_test
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.run import ModelContext, fragment_test
 
     return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
 

@@ -564,8 +564,9 @@ def fuzz(count: int, seed: int, jobs: int = 2, keep: Path | None = None, progres
     import stopdoctor.api  # noqa: F401
     import stopdoctor.cli  # noqa: F401
     import stopdoctor.config  # noqa: F401
-    import stopdoctor.actions.prompt  # noqa: F401
-    import stopdoctor.template.sandbox  # noqa: F401
+    import stopdoctor.actions.probe  # noqa: F401
+    import stopdoctor.actions.render  # noqa: F401
+    import stopdoctor.template.render  # noqa: F401
     import stopdoctor.facts.serving  # noqa: F401
 
     work = Path(tempfile.mkdtemp(prefix="stopdoctor-fuzz-", dir=keep))

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import InputError
-from stopdoctor.actions.generate.run import Sampling, build_prompt, load_context, resolve_stops, run_generate
+from stopdoctor.actions.generate.request import Sampling, build_prompt, resolve_stops
+from stopdoctor.actions.generate.run import load_context, run_generate
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 runner = CliRunner()
@@ -156,7 +157,7 @@ def test_a_server_reply_that_is_not_openai_shaped_is_one_line(synth_root):
 
 @pytest.fixture(scope="module")
 def smol(real_models):
-    from stopdoctor.actions.generate.run import LocalEngine
+    from stopdoctor.actions.generate.local import LocalEngine
 
     context = load_context(str(real_models.smollm2_hf))
     return context, LocalEngine.load(context.facts, device="cpu")
@@ -335,6 +336,69 @@ def test_server_stop_string_is_passed_through(real_models, served_broken):
 def test_unreachable_server_exits_2(real_models):
     result = _cli(str(real_models.smollm2_hf), "--server", f"http://127.0.0.1:{_free_port()}", "--prompt", "Hi")
     assert result.exit_code == 2 and "cannot reach" in result.output
+
+
+@pytest.fixture()
+def budget_server():
+    """An OpenAI-compatible server that always runs to the budget and says so in `usage`, as vLLM
+    does (no token ids, no steps: the count comes from the server or the request)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _reply(self, document: dict) -> None:
+            data = json.dumps(document).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._reply({"data": [{"id": "served"}]})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = "Paris is the capital of France and it is"
+            choice = {"finish_reason": "length"}
+            if self.path.endswith("/chat/completions"):
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            self._reply({"choices": [choice], "usage": {"prompt_tokens": 12, "completion_tokens": body["max_tokens"]}})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_generation_carries_its_budget_and_never_says_0_new_tokens(real_models, budget_server):
+    from stopdoctor.actions.generate.server import ServerEngine
+    from stopdoctor.reporters.generation import render_generation_human
+
+    model = str(real_models.smollm2_hf)
+    args = (model, "--server", budget_server, "--prompt", "What is the capital of France?", "--max-new-tokens", "24")
+    doc = json.loads(_cli(*args, "--json").stdout)
+    assert doc["max_new_tokens"] == 24 and doc["new_tokens"] == 24 and doc["finish_reason"] == "length"
+    human = _cli(*args, "--no-color").stdout
+    assert "ran to the token budget (24 new tokens)" in human and "0 new tokens" not in human
+    # The result carries its request: a reporter needs nothing else to state the budget.
+    context = load_context(model)
+    engine = ServerEngine(budget_server, facts=context.facts)
+    engine.pick_model(model, context.facts.source.root)
+    result = run_generate(context, engine, build_prompt(context.facts, prompt="Hi"),
+                          resolve_stops(context.analysis, None, [], []), 24)
+    assert "(24 new tokens)" in render_generation_human(result) and "0 new tokens" not in render_generation_human(result)
+    fragment = _cli(model, "--server", budget_server, "--fragment-test", "--max-new-tokens", "24", "--no-color")
+    assert fragment.exit_code == 0, fragment.output
+    assert "did not end its turn in 24 tokens" in fragment.stdout and " 0 tokens" not in fragment.stdout
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""stopdoctor.facts.gguf: the GGUF header reader and the tokenizer built from it.
+"""stopdoctor.facts.gguf and gguf_tokenizer: the GGUF header reader and the tokenizer built from it.
 
 Synthetic files are written with gguf's own GGUFWriter; real files (SmolLM2, Gemma 3) come from
 $STOPDOCTOR_TEST_MODELS and are compared with gguf's GGUFReader and transformers' AutoTokenizer.
@@ -380,7 +380,7 @@ def test_real_file_matches_gguf_reader(name: str) -> None:
 def test_tokenizer_matches_transformers(name: str) -> None:
     """Same ids as `AutoTokenizer.from_pretrained(dir, gguf_file=...)`. Gemma takes ~40 s: transformers
     rebuilds its merges from the vocabulary, both here and in the oracle."""
-    from stopdoctor.facts.gguf import header_to_tokenizer
+    from stopdoctor.facts.gguf_tokenizer import header_to_tokenizer
 
     path = real_model(name)
     transformers = pytest.importorskip("transformers")
@@ -398,7 +398,7 @@ def test_tokenizer_matches_transformers(name: str) -> None:
 
 
 def test_tokenizer_without_vocabulary_is_an_input_error(tmp_path: Path) -> None:
-    from stopdoctor.facts.gguf import header_to_tokenizer
+    from stopdoctor.facts.gguf_tokenizer import header_to_tokenizer
 
     header = read_header(write_gguf(tmp_path / "bare.gguf", lambda w: None, tensor=False))
     with pytest.raises(InputError, match="no vocabulary"):

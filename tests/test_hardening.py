@@ -302,7 +302,7 @@ def test_one_deadline_for_all_of_inspects_renders(synth_root):
     from stopdoctor.analysis.core import analyze
     from stopdoctor.api import load
     from stopdoctor.core.errors import TemplateError
-    from stopdoctor.template.sandbox import RenderLimits, render_deadline
+    from stopdoctor.template.limits import RenderLimits, render_deadline
 
     facts = load(str(synth_root / "clean-chatml"))
     template = facts.template
@@ -379,7 +379,8 @@ def test_200000_stop_strings_in_a_request_body(model, tmp_path):
 def test_template_values_are_capped_before_they_are_built(template, expected):
     import resource
 
-    from stopdoctor.template.sandbox import TemplateLimitError, render_chat
+    from stopdoctor.template.limits import TemplateLimitError
+    from stopdoctor.template.render import render_chat
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
@@ -391,7 +392,7 @@ def test_template_values_are_capped_before_they_are_built(template, expected):
 
 
 def test_tojson_indent_matches_json_dumps():
-    from stopdoctor.template.sandbox import render_chat
+    from stopdoctor.template.render import render_chat
 
     value = {"b": [1, {"c": "é"}], "a": None}
     for kwargs, call in ((dict(indent=2), "indent=2"), (dict(indent="\t", sort_keys=True), "indent='\\t', sort_keys=true"),
@@ -449,7 +450,7 @@ def test_render_of_a_prompt_with_a_million_tokens(model):
 
 def test_prompt_tokens_behave_as_a_list(model):
     from stopdoctor.api import load
-    from stopdoctor.actions.prompt import encode_prompt
+    from stopdoctor.actions.render import encode_prompt
 
     ids, tokens = encode_prompt(load(model()), "<|im_start|>user\nhi<|im_end|>\n")
     as_list = list(tokens)
@@ -465,7 +466,7 @@ def test_a_template_limit_reached_inside_a_check_is_exit_2_not_sd000(model, monk
     import dataclasses
 
     from stopdoctor.rules.runner import REGISTRY
-    from stopdoctor.template.sandbox import TemplateLimitError
+    from stopdoctor.template.limits import TemplateLimitError
 
     def slow(analysis, check):
         raise TemplateLimitError("chat template stopped: rendering the template took more than 10 s in all")
@@ -492,7 +493,7 @@ def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
 @pytest.mark.parametrize("where", ["message", "tool"])
 def test_template_data_nested_too_deeply_is_an_input_error(where):
     from stopdoctor.core.errors import InputError
-    from stopdoctor.template.sandbox import render_chat
+    from stopdoctor.template.render import render_chat
 
     deep: list = []
     for _ in range(sys.getrecursionlimit() + 10):

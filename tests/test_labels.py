@@ -12,9 +12,11 @@ import pytest
 from stopdoctor.analysis.core import analyze
 from stopdoctor.api import check_labels, load
 from stopdoctor.core.errors import StopdoctorError
-from stopdoctor.actions.labels.build import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_GENERATION, PAD_MASKED, SPLIT, TRUNCATED, LabelSettings, count_examples, iter_examples, label_dataset, load_examples
+from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_GENERATION, PAD_MASKED, SPLIT, TRUNCATED, LabelSettings
+from stopdoctor.facts.datasets import count_examples, iter_examples, load_examples
+from stopdoctor.actions.labels.build import label_dataset
 from stopdoctor.core.types import ChatTemplate, Location
-from stopdoctor.template.sandbox import render_chat
+from stopdoctor.template.render import render_chat
 
 from .helpers import cli
 
@@ -569,7 +571,7 @@ def test_verdicts_without_ids_match_the_tokenized_ones(synth_root, tmp_path, cas
 def test_a_dataset_is_not_held_to_the_commands_render_deadline(synth_root, tmp_path):
     """The command's shared render deadline is for its fixed analysis renders; rendering a big
     dataset takes longer than that and must still finish (it failed after ~27k examples)."""
-    from stopdoctor.template.sandbox import RenderLimits, render_deadline
+    from stopdoctor.template.limits import RenderLimits, render_deadline
 
     facts = load(str(synth_root / "clean-chatml"))
     analysis = analyze(facts)
@@ -598,7 +600,7 @@ def test_each_example_keeps_the_sandbox_limits(synth_root, tmp_path):
 def test_token_range_by_bisection_matches_the_token_walk(synth_root, family):
     import random
 
-    from stopdoctor.actions.labels.build import _token_range, _tokens_overlapping
+    from stopdoctor.actions.labels.collators import _token_range, _tokens_overlapping
 
     facts = load(str(synth_root / family))
     tokenizer = facts.vocab.tokenizer()

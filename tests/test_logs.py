@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.api import logs_findings
-from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, builtin_vocabulary, diagnose_text, model_vocabulary
+from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, diagnose_text
+from stopdoctor.actions.logs.vocabulary import builtin_vocabulary, model_vocabulary
 
 from .helpers import cli
 

@@ -217,7 +217,7 @@ def test_torch_threads_leave_busy_cores_alone(monkeypatch):
     import os
 
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.generate.run import cpu_threads
+    from stopdoctor.actions.generate.local import cpu_threads
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.7, 2.5, 1.5))
@@ -233,7 +233,7 @@ def test_torch_threads_leave_busy_cores_alone(monkeypatch):
 
 
 def test_gguf_conversion_reports_tensors_as_progress_lines():
-    from stopdoctor.actions.generate.run import _tensor_progress
+    from stopdoctor.actions.generate.local import _tensor_progress
 
     heard: list[str] = []
     items = list(_tensor_progress(heard.append, "m.gguf")(range(272), desc="Converting and de-quantizing"))

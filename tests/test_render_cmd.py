@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from stopdoctor.api import load
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import TemplateError
-from stopdoctor.actions.prompt import render_prompt
+from stopdoctor.actions.render import render_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATML_OK = ROOT / "fixtures" / "examples" / "chatml-ok"
@@ -122,7 +122,7 @@ def test_real_smollm2_gguf_matches_transformers(real_models) -> None:
 def test_real_gemma_gguf_ids_match_transformers_with_a_template_file(real_models, synth_root: Path) -> None:
     # The Gemma 3 base GGUF ships no chat template (neither runtime can render it); render it with the
     # synthetic Gemma template given explicitly, as --template FILE does, to check the ids.
-    from stopdoctor.actions.prompt import select_template
+    from stopdoctor.actions.render import select_template
 
     gguf = Path(real_models.gemma_gguf)
     facts = load(str(gguf))

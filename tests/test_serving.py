@@ -13,7 +13,8 @@ import stopdoctor.rules.serving  # noqa: F401  (registers SD4xx until checks/__i
 from stopdoctor.rules.runner import REGISTRY, run_rules
 from stopdoctor.core.errors import InputError
 from stopdoctor.api import serving_findings
-from stopdoctor.facts.serving import effective_stops, load_serving
+from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import served_stops
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "fixtures" / "serving"
@@ -115,14 +116,14 @@ def test_registered_checks_yield_nothing_without_a_serving_config(llama3):
 
 def test_vllm_stop_set_follows_generation_config(llama3, tmp_path):
     # The example model: tokenizer eos and generation eos are <|end_of_text|> (609); eot is 617.
-    default = effective_stops(llama3, load_serving(SERVING / "vllm-serve.sh"))
+    default = served_stops(llama3.facts, load_serving(SERVING / "vllm-serve.sh"))
     assert 617 not in default.ids and 609 in default.ids
     folder = tmp_path / "gen"
     folder.mkdir()
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [609, 617]}))
     serve = tmp_path / "serve.sh"
     serve.write_text(f"vllm serve {LLAMA3} --generation-config {folder}\n")
-    assert 617 in effective_stops(llama3, load_serving(serve)).ids
+    assert 617 in served_stops(llama3.facts, load_serving(serve)).ids
     assert "SD401" not in codes(llama3, serve)
     # "vllm" still reads the model's eos ids (only its sampling defaults are dropped).
     serve.write_text(f"vllm serve {LLAMA3} --generation-config vllm\n")
@@ -155,7 +156,7 @@ def test_llamacpp(llama3, tmp_path):
     # An override that makes the end-of-turn the eos keeps it a stop.
     serve = tmp_path / "serve.sh"
     serve.write_text("llama-server -m m.gguf --override-kv tokenizer.ggml.eos_token_id=int:617\n")
-    assert 617 in effective_stops(llama3, load_serving(serve)).ids
+    assert 617 in served_stops(llama3.facts, load_serving(serve)).ids
 
 
 def test_requests(llama3, tmp_path):

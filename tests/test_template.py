@@ -1,4 +1,4 @@
-"""stopdoctor.template.sandbox and stopdoctor.template.turns: byte-identical to transformers' chat template rendering, sandboxed, limited.
+"""stopdoctor.template (render, environment, limits) and stopdoctor.template.turns: byte-identical to transformers' chat template rendering, sandboxed, limited.
 
 The oracle is transformers' own `render_jinja_template` (what `apply_chat_template(tokenize=False)`
 calls after normalising messages), imported only here in the tests.
@@ -15,7 +15,8 @@ import jinja2.exceptions
 import pytest
 
 from stopdoctor.core.errors import StopdoctorError, TemplateError
-from stopdoctor.template.sandbox import RenderLimits, compile_template, render_chat
+from stopdoctor.template.limits import RenderLimits
+from stopdoctor.template.render import compile_template, render_chat
 from stopdoctor.template.turns import EndOfTurnMarker, analyze_turns, find_end_of_turn, find_turn_headers, template_writes_bos
 
 # ---------------------------------------------------------------------------------------------
@@ -524,7 +525,7 @@ def test_hostile_template_in_end_of_turn_detection_is_refused():
 
 
 def test_importing_the_renderer_does_not_import_transformers_or_torch():
-    code = "import sys, stopdoctor.template.sandbox, stopdoctor.template.turns; print('transformers' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, stopdoctor.template.render, stopdoctor.template.turns; print('transformers' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
 

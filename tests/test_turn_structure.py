@@ -22,7 +22,8 @@ from stopdoctor.rules.runner import run_rules
 from stopdoctor.analysis.diagnose import StopCause, turn_enders
 from stopdoctor.core.errors import InputError
 from stopdoctor.fix import plan_fixes
-from stopdoctor.actions.generate.run import StopSet, _server_cause
+from stopdoctor.actions.generate.request import StopSet
+from stopdoctor.actions.generate.server import _server_cause
 from stopdoctor.core.types import ChatTemplate, Location
 from stopdoctor.facts.serving import load_serving
 from stopdoctor.template.turns import analyze_turns

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from fixtures import templates  # noqa: E402
 from stopdoctor.core.errors import StopdoctorError  # noqa: E402
-from stopdoctor.template.sandbox import render_chat  # noqa: E402
+from stopdoctor.template.render import render_chat  # noqa: E402
 from stopdoctor.template.turns import analyze_turns  # noqa: E402
 
 LABELS = json.loads((Path(__file__).parent / "data" / "template_labels.json").read_text(encoding="utf-8"))["labels"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
-from stopdoctor.template.sandbox import TemplateIgnoresMessages
+from stopdoctor.template.render import TemplateIgnoresMessages
 from stopdoctor.template.turns import TurnStructure, analyze_turns, template_writes_bos
 from stopdoctor.analysis.verdict import Verdict, decide
 
@@ -107,12 +107,6 @@ class Analysis:
 
     def runtime(self, name: str) -> RuntimeStops:
         return next(s for s in self.stops if s.runtime == name)
-
-    @property
-    def effective_ids(self) -> list[int]:
-        """Ids every runtime stops on is too strict; this is the union a user sees listed first:
-        the transformers set, which the model's own files define."""
-        return self.runtime("transformers").ids
 
 
 def analyze(facts: ModelFacts) -> Analysis:

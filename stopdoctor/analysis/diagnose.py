@@ -68,6 +68,16 @@ class Generation:
     def tokens(self) -> list[int]:
         return [s.id for s in self.steps]
 
+    @property
+    def new_tokens(self) -> int | None:
+        """How many tokens it generated: its steps, else what a server's `usage` says
+        (`completion_tokens`); None when neither tells."""
+        if self.steps:
+            return len(self.steps)
+        usage = (self.server or {}).get("usage")
+        count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
 
 @dataclass(frozen=True)
 class TurnEnder:
@@ -277,15 +287,17 @@ def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: 
     return Diagnosis(
         should_have_stopped=missed,
         counterfactual=counterfactual(generation, missed, stop_ids) if generation.finish_reason == FINISH_LENGTH else None,
-        hallucinated_turn=_headline_turn(turns, weak_allowed=not headers),
+        hallucinated_turn=headline_turn(turns, weak_allowed=not headers),
         turns=tuple(turns),
     )
 
 
-def _headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
-    """The first user turn: the model speaking for the user is the unmistakable runaway sign
-    (an empty system turn often comes first, as with SmolLM2); else the first turn of any role.
-    Transcript labels ("User:") count only when the template offers no header to look for."""
+def headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
+    """The turn reported as *the* runaway among those a generation wrote (`diagnose` and the logs'
+    per-family diagnosis pick it the same way). The first user turn: the model speaking for the
+    user is the unmistakable runaway sign (an empty system turn often comes first, as with
+    SmolLM2); else the first turn of any role. Transcript labels ("User:") count only when
+    `weak_allowed` (the template offers no header to look for)."""
     strong = [t for t in turns if weak_allowed or t.source != "role label"]
     return next((t for t in strong if t.role == "user"), strong[0] if strong else None)
 

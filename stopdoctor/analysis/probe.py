@@ -149,7 +149,7 @@ def _probe_context(
     return probe, not contains_run(full_ids, standalone_ids)
 
 
-def _find_false_positives(stop: str, corpus: Sequence[tuple[str, str]]) -> list[FalsePositive]:
+def find_false_positives(stop: str, corpus: Sequence[tuple[str, str]]) -> list[FalsePositive]:
     """The matches of `stop` in the corpus, the first MAX_FALSE_POSITIVES of them (a 64 MB corpus of
     one repeated word would otherwise make millions of excerpts)."""
     found: list[FalsePositive] = []
@@ -196,7 +196,7 @@ def _recommend(
         # contexts and the same answers: no more misses, no more false hits, and fewer of one.
         def measured_better(candidate: str) -> tuple[int, int] | None:
             candidate_misses = misses_of(candidate)
-            candidate_hits = len(_find_false_positives(candidate, corpus))
+            candidate_hits = len(find_false_positives(candidate, corpus))
             if candidate_misses <= misses and candidate_hits <= len(false_positives) and \
                     (candidate_misses, candidate_hits) != (misses, len(false_positives)):
                 return candidate_misses, candidate_hits
@@ -257,7 +257,7 @@ def probe_stop(
             if probe.ids not in variants:
                 variants.append(probe.ids)
         special_id = _special_token_id(tokenizer, stop, standalone_ids)
-        false_positives = _find_false_positives(stop, corpus)
+        false_positives = find_false_positives(stop, corpus)
         results.append(
             StopProbe(
                 stop=stop,

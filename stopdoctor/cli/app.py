@@ -118,7 +118,7 @@ def handles_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from stopdoctor.template.sandbox import render_deadline
+        from stopdoctor.template.limits import render_deadline
 
         try:
             with render_deadline():  # one time limit for all the template renders of a command

@@ -3,7 +3,7 @@ server), stop as the chosen runtime would, and say why it stopped or why it did 
 
 Exit codes: 0 it stopped in time (eos, stop id, stop string) or ran to the budget with no sign of
 a runaway; 1 it wrote the next turn itself (even if a later token stopped it), or ran to the budget
-after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.actions.generate.run, inside the local engine.
+after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.actions.generate.local, inside the local engine.
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ def generate(
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
     from stopdoctor.analysis.diagnose import exit_code
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.generate.run import LocalEngine, Sampling, ServerEngine, build_prompt, fragment_test as run_fragment_test, load_context, read_messages, resolve_stops, run_generate
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.request import Sampling, build_prompt, read_messages, resolve_stops
+    from stopdoctor.actions.generate.server import ServerEngine
+    from stopdoctor.actions.generate.run import fragment_test as run_fragment_test, load_context, run_generate
 
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
@@ -110,6 +113,5 @@ def generate(
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
-        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace,
-                                     max_new_tokens=max_new_tokens))
+        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace))
     return exit_code(result.generation, result.diagnosis)

@@ -100,7 +100,7 @@ def labels(
     format = chosen_format(format, json)
     from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.labels.build import COLLATORS, LabelSettings
+    from stopdoctor.actions.labels.result import COLLATORS, LabelSettings
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")

@@ -106,7 +106,7 @@ def logs(
                             max_length_share=_share(max_length_share, "--max-length-share"),
                             max_turn_share=_share(max_turn_share, "--max-turn-share"), examples=examples)
     if show_sql:
-        from stopdoctor.actions.logs.query import model_vocabulary
+        from stopdoctor.actions.logs.vocabulary import model_vocabulary
         from stopdoctor.actions.logs.query import show_sql as normalising_queries
 
         emit(normalising_queries(files, model_vocabulary(model, revision) if model else None, settings))

@@ -36,7 +36,7 @@ def probe_stop(
         raise InputError("probe-stop needs --model: stop strings tokenize differently in every vocabulary",
                          hint='e.g. stopdoctor probe-stop "\\nUser:" --model HuggingFaceTB/SmolLM2-135M-Instruct')
     from stopdoctor.api import load
-    from stopdoctor.actions.prompt import parse_escapes, probe_model, read_corpus
+    from stopdoctor.actions.probe import parse_escapes, probe_model, read_corpus
 
     texts = [parse_escapes(s) for s in stops or []]
     if not texts and not from_template:

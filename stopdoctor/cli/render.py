@@ -39,7 +39,7 @@ def render(
     """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
     from stopdoctor.api import load
     from stopdoctor.core.errors import InputError, TemplateError
-    from stopdoctor.actions.prompt import SAMPLE_CONVERSATION, compare_prompts, load_conversations, load_tools, render_prompt, select_template, template_from_file
+    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, load_conversations, load_tools, render_prompt, select_template, template_from_file
 
     if messages_file is not None and message:
         raise InputError("give --messages or -m, not both")

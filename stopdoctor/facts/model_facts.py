@@ -1,8 +1,10 @@
 """Read a `ModelSource` into one `ModelFacts`: every declared id, token, template and hint, each
 with the file and key it came from, so that a finding can point at the line to fix.
 
+`load_model(spec, revision)` is where every command starts: resolve the spec, read the facts.
+
 Plain JSON / GGUF-header reading: no transformers, no torch.
-Imports: model, errors, vocab, gguf.
+Imports: core, and facts (vocab, resolve; gguf lazily).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ChatTemplate, Location, ModelSource, Sourced
 from stopdoctor.facts.lines import MAX_TEXT_CHARS, key_line
+from stopdoctor.facts.resolve import resolve
 from stopdoctor.facts.vocab import Vocabulary, read_added_tokens_decoder, read_added_tokens_json, mark_declared_special, read_gguf_vocab, lone_surrogate, read_tokenizer_file
 
 ROLES = ("bos", "eos", "pad", "unk", "eot", "eom")
@@ -223,6 +226,11 @@ def load_text(path: Path, name: str, max_bytes: int = MAX_TEXT_BYTES, encoding: 
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
+
+
+def load_model(spec: str, revision: str | None = None) -> ModelFacts:
+    """The facts of a MODEL spec (a folder, a hub id, a .gguf file): `resolve`, then `load_facts`."""
+    return load_facts(resolve(spec, revision))
 
 
 def load_facts(source: ModelSource) -> ModelFacts:

@@ -8,11 +8,11 @@ Parses four kinds of file into one `ServingConfig`, each value with the place it
 - `llamacpp`: a `llama-server ...` command line.
 - `request`: an OpenAI-compatible request body (JSON).
 
-`effective_stops` works out what the served model really stops on, from the model's `Analysis`
-and the config, following each runtime's source (cited in stopdoctor/checks/serving.py).
-`stopdoctor.api.serving_findings` runs the SD4xx checks on a model and a config.
+What the served model then really stops on is the runtimes' business
+(`stopdoctor.runtimes.serving.served_stops`); `stopdoctor.api.serving_findings` runs the SD4xx
+checks on a model and a config.
 
-Imports: model, errors, facts, runtimes, template (lazily: checks, analysis only as a type).
+Imports: core, facts (file reading); pyyaml lazily.
 """
 
 from __future__ import annotations
@@ -23,15 +23,12 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.core.types import Location
 from stopdoctor.facts.lines import key_line
-
-if TYPE_CHECKING:
-    from stopdoctor.analysis.core import Analysis
 
 KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
@@ -372,8 +369,9 @@ def _int(path: Path, setting: Setting) -> int:
 MODELFILE_LINE = re.compile(r"^\s*(?P<cmd>[A-Za-z]+)\s*(?P<rest>.*)$")
 
 
-def _modelfile_commands(path: Path, text: str) -> list[tuple[str, str, int]]:
-    """(INSTRUCTION, argument, line number) in order; `\"\"\"` arguments span lines."""
+def modelfile_commands(path: Path, text: str) -> list[tuple[str, str, int]]:
+    """A Modelfile's (INSTRUCTION, argument, line number) in order; `\"\"\"` arguments span lines.
+    `fix` uses the line numbers to add PARAMETER lines after the last one."""
     lines = text.splitlines()
     out = []
     i = 0
@@ -429,7 +427,7 @@ def _unquote(value: str) -> str:
 
 
 def _parse_modelfile(path: Path, text: str) -> ServingConfig:
-    commands = _modelfile_commands(path, text)
+    commands = modelfile_commands(path, text)
     model = template = None
     stops: list[Setting] = []
     options: dict[str, Setting] = {}
@@ -498,63 +496,17 @@ def _check_count(path: Path, key: str, count: int, what: str) -> None:
                          hint="a deployment stops on a handful; this list is not a real configuration")
 
 
-# --- what the server really stops on -------------------------------------------------------------
+# --- files a serving option points at ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ServingStops:
-    ids: frozenset[int]
-    texts: tuple[str, ...]
-    rule: str
-    known: bool = True  # False when a file it depends on could not be read
-
-
-def effective_stops(analysis: Analysis, serving: ServingConfig) -> ServingStops:
-    facts = analysis.facts
-    if serving.kind == "vllm":
-        return _vllm_stops(analysis, serving)
-    if serving.kind == "llamacpp":
-        if serving.ignore_eos is not None and serving.ignore_eos.value:
-            return ServingStops(frozenset(), tuple(s.value for s in serving.stop), "--ignore-eos: no end-of-generation id stops")
-        ids = set(analysis.runtime("llama.cpp").ids)
-        for role in ("eos", "eot", "eom"):
-            override = serving.kv_overrides.get(f"tokenizer.ggml.{role}_token_id")
-            if override is not None:
-                ids -= {d.id for d in facts.declared_for(role) if d.id is not None}
-                ids.add(override.value)
-        return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop),
-                            "GGUF eos/eot/eom (after --override-kv) plus llama.cpp's end-of-generation texts")
-    if serving.kind == "ollama":
-        # Ollama's llama.cpp runner stops on every EOG id (runner/llamarunner TokenIsEog); its own
-        # engine on tokenizer.ggml.eos_token_id plus tokenizer.ggml.eos_token_ids only.
-        eos = {d.id for d in facts.declared_for("eos") if d.id is not None and (facts.is_gguf or d.location.file != "config.json")}
-        return ServingStops(frozenset(eos), tuple(s.value for s in serving.stop),
-                            "the GGUF eos id(s) plus PARAMETER stop strings")
-    ids = {s.value for s in serving.stop_token_ids}
-    return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop), "the request's stop and stop_token_ids")
-
-
-def _vllm_stops(analysis: Analysis, serving: ServingConfig) -> ServingStops:
-    from stopdoctor.runtimes.stops import generation_eos, tokenizer_eos
-
-    facts = analysis.facts
-    tokenizer = {d.id for d in (facts.declared_for("eos") if facts.is_gguf else tokenizer_eos(facts)) if d.id is not None}
-    choice = str(serving.generation_config.value) if serving.generation_config else "auto"
-    if facts.is_gguf:
-        # try_get_generation_config returns None for a GGUF: only the tokenizer eos stops.
-        return ServingStops(frozenset(tokenizer), (), "GGUF: the tokenizer eos only")
-    if choice in ("auto", "vllm"):
-        # Both load the model's own generation config for its eos ids; "vllm" only drops its
-        # sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
-        generation = {d.id for d in generation_eos(facts) if d.id is not None}
-        return ServingStops(frozenset(tokenizer | generation), (),
-                            f"tokenizer eos plus the model's generation config eos_token_id (--generation-config {choice})")
-    folder = _resolve_folder(serving.path, choice)
+def generation_config_eos(serving: ServingConfig, value: str) -> tuple[Path, set[int]] | None:
+    """vLLM `--generation-config FOLDER`: the folder (relative to the current directory or to the
+    serving file) and the eos ids its generation_config.json (else config.json) declares; None
+    when no such folder exists."""
+    folder = _resolve_folder(serving.path, value)
     if folder is None:
-        return ServingStops(frozenset(tokenizer), (), f"tokenizer eos; --generation-config {choice} could not be read", known=False)
-    generation = _generation_folder_eos(folder)
-    return ServingStops(frozenset(tokenizer | generation), (),
-                        f"tokenizer eos plus {folder / 'generation_config.json'} eos_token_id")
+        return None
+    return folder, _generation_folder_eos(folder)
 
 
 def _resolve_folder(path: Path, value: str) -> Path | None:
@@ -566,7 +518,6 @@ def _resolve_folder(path: Path, value: str) -> Path | None:
 
 
 def _generation_folder_eos(folder: Path) -> set[int]:
-
     for name in ("generation_config.json", "config.json"):
         file = folder / name
         if file.is_file():

@@ -160,7 +160,7 @@ def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
 
     import tokenizers
 
-    from stopdoctor.facts.gguf import header_to_tokenizer
+    from stopdoctor.facts.gguf_tokenizer import header_to_tokenizer
 
     stat = header.path.stat()
     key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}"

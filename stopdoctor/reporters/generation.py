@@ -1,7 +1,9 @@
 """People-facing text and the `generate --json` document (schema_version 1) for a generation,
-its diagnosis, and the fragment test. Pure functions: result in, string out.
+its diagnosis, and the fragment test. Pure functions: result in, string out. The budget and the
+token count come from the result (its request; its steps, or a server's usage), never from len(steps)
+alone: a server returns no steps.
 
-Imports: diagnose, generate (data classes only; nothing here runs a model), render.console.
+Imports: analysis.diagnose, actions.generate (data classes only; nothing here runs a model), reporters.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 from rich.markup import escape
 
 from stopdoctor.analysis.diagnose import Generation, StopCause
-from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, StopSet
+from stopdoctor.actions.generate.request import StopSet
+from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import visible as _visible
 from stopdoctor.reporters.inspect_json import header
@@ -44,7 +47,7 @@ def _stops(stops: StopSet) -> dict[str, Any]:
 
 
 def generation_document(result: GenerateResult) -> dict[str, Any]:
-    g, d = result.generation, result.diagnosis
+    g, d, request = result.generation, result.diagnosis, result.request
     missed = d.should_have_stopped
     turn = d.hallucinated_turn
     doc: dict[str, Any] = {
@@ -52,8 +55,12 @@ def generation_document(result: GenerateResult) -> dict[str, Any]:
         "model": result.model,
         "engine": result.engine,
         "device": result.device,
-        "prompt": {"text": result.prompt.text, "templated": result.prompt.templated, "tokens": g.prompt_tokens},
-        "stops": _stops(result.stops),
+        "prompt": {"text": request.prompt.text, "templated": request.prompt.templated, "tokens": g.prompt_tokens},
+        "stops": _stops(request.stops),
+        "max_new_tokens": request.max_new_tokens,
+        "sampling": {"temperature": request.sampling.temperature, "top_p": request.sampling.top_p,
+                     "seed": request.sampling.seed},
+        "new_tokens": g.new_tokens,
         "finish_reason": g.finish_reason,
         "cause": _cause(g.cause),
         "text": g.text,
@@ -84,6 +91,8 @@ def render_generation_json(result: GenerateResult) -> str:
 
 
 def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
+    """One line: why generation ended. `max_new_tokens`: the budget, for a run that reached it
+    (else the tokens the generation counts; the number is left out when nothing says it)."""
     cause = g.cause
     at = f" at step {cause.step}" if cause.step is not None and cause.step >= 0 else ""
     if cause.kind in ("eos", "stop_id"):
@@ -96,18 +105,17 @@ def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
             if cause.step is not None and cause.step >= 0 else f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)}"
     if cause.kind == "unreported":
         return f"stop: the server did not say which stop ended it (one of {cause.text})"
-    budget = max_new_tokens if max_new_tokens is not None else len(g.steps)
-    return f"length: ran to the token budget ({budget} new tokens)"
+    budget = max_new_tokens if max_new_tokens is not None else g.new_tokens
+    return f"length: ran to the token budget ({budget} new tokens)" if budget is not None else "length: ran to the token budget"
 
 
-def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False,
-                            max_new_tokens: int | None = None) -> str:
+def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False) -> str:
     out = capture(color, width)
-    g, d = result.generation, result.diagnosis
+    g, d, stops = result.generation, result.diagnosis, result.request.stops
     out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
-    ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in result.stops.ids) or "none"
-    strings = f"; strings {escape(json.dumps(list(result.stops.strings), ensure_ascii=False))}" if result.stops.strings else ""
-    out.print(f"  stops     {escape(result.stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(result.stops.rule)})[/]")
+    ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in stops.ids) or "none"
+    strings = f"; strings {escape(json.dumps(list(stops.strings), ensure_ascii=False))}" if stops.strings else ""
+    out.print(f"  stops     {escape(stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(stops.rule)})[/]")
     if trace and g.steps:
         out.print("  trace")
         for s in g.steps:
@@ -117,8 +125,9 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     for line in (g.text or "").split("\n"):
         out.print(f"    [dim]│[/] {escape(line)}", soft_wrap=True)
     style = "green" if g.finish_reason == "stop" else ("bold red" if d.runaway_signs else "yellow")
-    count = f"{len(g.steps)} tokens" if g.steps else ""
-    out.print(f"  finish    [{style}]{escape(describe_cause(g, max_new_tokens))}[/]" + (f"  [dim]({count})[/]" if count else ""))
+    count = f"{g.new_tokens} tokens" if g.new_tokens is not None else ""
+    out.print(f"  finish    [{style}]{escape(describe_cause(g, result.request.max_new_tokens))}[/]"
+              + (f"  [dim]({count})[/]" if count else ""))
     if g.server is not None:
         server = g.server
         said = f"finish_reason={server.get('finish_reason')}"
@@ -134,7 +143,7 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
-        why = ("but the server went on past it" if missed.id in {s.id for s in result.stops.ids}
+        why = ("but the server went on past it" if missed.id in {s.id for s in stops.ids}
                else "but is not a stop id")
         out.print(f"  [bold red]missed[/]    {escape(missed.text or '?')} (id {missed.id}) {where} should have ended the turn "
                   f"{why}")
@@ -162,9 +171,11 @@ def fragment_document(model: str, verdict: FragmentVerdict) -> dict[str, Any]:
         "model": model,
         "verdict": verdict.verdict,
         "reason": verdict.reason,
+        "max_new_tokens": verdict.max_new_tokens,
         "probes": [
             {"name": p.name, "prompt": p.prompt, "ended_turn": p.ended_turn, "finish_reason": p.generation.finish_reason,
-             "cause": _cause(p.generation.cause), "text": p.generation.text, "tokens": p.generation.tokens}
+             "cause": _cause(p.generation.cause), "text": p.generation.text, "tokens": p.generation.tokens,
+             "new_tokens": p.generation.new_tokens}
             for p in verdict.probes
         ],
     }
@@ -191,8 +202,15 @@ def render_live_human(verdict: FragmentVerdict, color: bool = False, width: int 
 
 def _fragment_lines(out, verdict: FragmentVerdict) -> None:
     for p in verdict.probes:
-        ended = f"ended its turn ({escape(describe_cause(p.generation))})" if p.ended_turn else \
-            f"did not end its turn in {len(p.generation.steps)} tokens"
+        count = p.generation.new_tokens
+        if p.ended_turn:
+            ended = f"ended its turn ({escape(describe_cause(p.generation))})"
+        elif count is not None:
+            ended = f"did not end its turn in {count} tokens"
+        elif verdict.max_new_tokens is not None:
+            ended = f"did not end its turn within its {verdict.max_new_tokens}-token budget"
+        else:
+            ended = "did not end its turn"
         out.print(f"  {escape(p.name):<14} {escape(json.dumps(p.prompt, ensure_ascii=False))} → {ended}")
         out.print(f"    [dim]│[/] {escape(_visible(p.generation.text[:200]))}", soft_wrap=True)
     out.print(f"  verdict   [bold]{escape(verdict.verdict)}[/]: {escape(verdict.reason)}")

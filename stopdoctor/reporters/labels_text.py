@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from stopdoctor.rules.results import LabelsReport
-from stopdoctor.actions.labels.build import CAUSES, LabelledExample, LabelsResult
+from stopdoctor.actions.labels.result import CAUSES, LabelledExample, LabelsResult
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings
 from stopdoctor.reporters.inspect_json import finding, header, location, summary

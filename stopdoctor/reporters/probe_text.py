@@ -12,22 +12,22 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stopdoctor.actions.prompt import ProbeReport, StopReport
+from stopdoctor.actions.probe import ProbeReport, StopReport
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.inspect_json import header
-from stopdoctor.reporters.prompt_text import _quoted
+from stopdoctor.reporters.prompt_text import quoted
 
 SCHEMA = "stopdoctor.probe-stop/1"
 
 
 def _ids_with_pieces(ids: list[int], pieces: list[str]) -> str:
-    return " ".join(f"{i}{_quoted(p)}" for i, p in zip(ids, pieces))
+    return " ".join(f"{i}{quoted(p)}" for i, p in zip(ids, pieces))
 
 
 def _render_stop(out, stop: StopReport, color: bool) -> None:
     probe = stop.probe
     out.print()
-    out.print(Text.assemble(("stop ", "bold"), (_quoted(probe.stop), "bold magenta" if color else None)))
+    out.print(Text.assemble(("stop ", "bold"), (quoted(probe.stop), "bold magenta" if color else None)))
     special = f"  = special token id {probe.special_token_id}" if probe.special_token_id is not None else ""
     out.print(f"  standalone  {escape(_ids_with_pieces(probe.standalone_ids, stop.standalone_pieces))}{escape(special)}")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold" if color else None)
@@ -36,10 +36,10 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
     for ctx in stop.contexts:
         p = ctx.probe
         boundary = Text("aligned", style="green" if color else None) if p.aligned else \
-            Text(f"merged with {_quoted(p.merged_prefix)}", style="yellow" if color else None)
+            Text(f"merged with {quoted(p.merged_prefix)}", style="yellow" if color else None)
         fires = Text("fires", style="green" if color else None) if ctx.id_match_fires else \
             Text("MISSES", style="bold red" if color else None)
-        table.add_row(f"  {p.context_name}", _quoted(p.context), _ids_with_pieces(p.ids, ctx.pieces), boundary, fires)
+        table.add_row(f"  {p.context_name}", quoted(p.context), _ids_with_pieces(p.ids, ctx.pieces), boundary, fires)
     out.print(table)
     total = len(stop.contexts)
     if stop.misses:
@@ -52,7 +52,7 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
         out.print(f"  [yellow]false positives[/]  {len(probe.false_positives)} match(es) in {probe.samples_checked} "
                   "sample answers (generation would be cut there):")
         for fp in probe.false_positives[:8]:
-            out.print(f"    {escape(fp.sample)} @{fp.offset}: {escape(_quoted(fp.excerpt))}")
+            out.print(f"    {escape(fp.sample)} @{fp.offset}: {escape(quoted(fp.excerpt))}")
         if len(probe.false_positives) > 8:
             out.print(f"    … {len(probe.false_positives) - 8} more (see --json)")
     else:
@@ -64,10 +64,10 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
 def render_probe_human(report: ProbeReport, color: bool = False, width: int = 100) -> str:
     out = capture(color, width)
     out.print(f"[bold]stopdoctor probe-stop[/] --model {escape(report.model)}")
-    endings = ", ".join(_quoted(t) for t in report.turn_endings) or "(none: no chat template)"
+    endings = ", ".join(quoted(t) for t in report.turn_endings) or "(none: no chat template)"
     out.print(f"template turn endings probed as contexts: {escape(endings)}")
     if report.user_header:
-        out.print(f"user-turn header: {escape(_quoted(report.user_header))}")
+        out.print(f"user-turn header: {escape(quoted(report.user_header))}")
     for stop in report.stops:
         _render_stop(out, stop, color)
     out.print()

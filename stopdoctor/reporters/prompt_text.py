@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stopdoctor.actions.prompt import PromptComparison, RenderedPrompt, SpecialSpan
+from stopdoctor.actions.render import PromptComparison, RenderedPrompt, SpecialSpan
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.inspect_json import header
 
@@ -36,7 +36,9 @@ def escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
+    """`text` on one line in double quotes (`escaped`, and a quote as `\\"`): how render and
+    probe-stop print a token, a stop string or a marker."""
     return '"' + escaped(text).replace('"', '\\"') + '"'
 
 
@@ -81,7 +83,7 @@ def _summary(prompt: RenderedPrompt) -> str:
         what = " (final message left open)"
     else:
         what = ""
-    parts.append(f"ends with {_quoted(tail)}{what}")
+    parts.append(f"ends with {quoted(tail)}{what}")
     return " · ".join(parts)
 
 
@@ -93,7 +95,7 @@ def _token_table(prompt: RenderedPrompt, color: bool) -> Table:
     table.add_column("special")
     for token in prompt.tokens[:MAX_TABLE_ROWS]:
         style = SPECIAL_STYLE if token.special else None
-        table.add_row(str(token.index), str(token.id), Text(_quoted(token.text), style=style),
+        table.add_row(str(token.index), str(token.id), Text(quoted(token.text), style=style),
                       "special" if token.special else "")
     if len(prompt.tokens) > MAX_TABLE_ROWS:
         table.add_row("…", "", f"{len(prompt.tokens) - MAX_TABLE_ROWS} more tokens (--json lists every one)", "")
@@ -139,8 +141,8 @@ def _render_comparison(out, comparison: PromptComparison) -> None:
     if comparison.end_of_turn_error:
         out.print(f"end of turn  could not be compared: {escape(comparison.end_of_turn_error)}")
         return
-    left = ", ".join(_quoted(t) for t in comparison.left_end_of_turn or []) or "(none)"
-    right = ", ".join(_quoted(t) for t in comparison.right_end_of_turn or []) or "(none)"
+    left = ", ".join(quoted(t) for t in comparison.left_end_of_turn or []) or "(none)"
+    right = ", ".join(quoted(t) for t in comparison.right_end_of_turn or []) or "(none)"
     verdict = "[bold red]differ[/]" if comparison.end_of_turn_differs else "[green]same[/]"
     out.print(f"end of turn  {verdict}: {escape(comparison.left_label)} {escape(left)} · "
               f"{escape(comparison.right_label)} {escape(right)}")

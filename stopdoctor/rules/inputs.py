@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stopdoctor.actions.labels.build import LabelsResult
+from stopdoctor.actions.labels.result import LabelsResult
 from stopdoctor.actions.logs.query import LogsReport
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Expectation

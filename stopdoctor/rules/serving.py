@@ -14,8 +14,9 @@ import re
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
-from stopdoctor.facts.serving import ServingConfig, effective_stops
+from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.inputs import ServingInput
+from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
 # llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
@@ -112,7 +113,7 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
     analysis, serving = subject.analysis, subject.serving
     if serving.kind == "request":
         return
-    stops = effective_stops(analysis, serving)
+    stops = served_stops(analysis.facts, serving, analysis.stops)
     if not stops.known:
         return
     llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
@@ -321,14 +322,14 @@ def stop_string_false_positive(subject: ServingInput, self: Check):
     detokenizer stop check; Ollama runner `findStop`; llama.cpp server `find_stopping_strings`).
     """
     analysis, serving = subject.analysis, subject.serving
-    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, _find_false_positives
+    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, find_false_positives
 
     vocab = analysis.facts.vocab
     specials = set(vocab.special_tokens)
     for setting in serving.stop:
         if setting.value in specials:
             continue
-        hits = _find_false_positives(setting.value, SAMPLE_ANSWERS)
+        hits = find_false_positives(setting.value, SAMPLE_ANSWERS)
         if hits:
             names = sorted({h.sample for h in hits})
             yield self.finding(

@@ -1,20 +1,19 @@
 """Turn structure: what a chat template writes around each message, learnt by rendering sentinel
 conversations in the sandbox, never from a list of known model families.
 
-Imports: the standard library, `stopdoctor.template.sandbox` and `stopdoctor.core.errors`.
+Imports: the standard library, `stopdoctor.template` (render, limits) and `stopdoctor.core.errors`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
-from stopdoctor.template.sandbox import RenderLimits, TemplateIgnoresMessages, TemplateLimitError, overall_deadline_passed, render_chat
+from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
+from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations
@@ -94,10 +93,20 @@ class _Shape:
 
 
 _SHAPES = (_Shape(), _Shape(parts=True), _Shape(tools=True), _Shape(parts=True, tools=True))
-# The limits and shape of the find_* call in progress, so the helpers below need not pass them around.
-_SENTINEL_LIMITS: ContextVar[RenderLimits] = ContextVar("stopdoctor_sentinel_limits", default=RenderLimits())
-_SENTINEL_SHAPE: ContextVar[_Shape] = ContextVar("stopdoctor_sentinel_shape", default=_Shape())
-_SENTINEL_EXTRA: ContextVar[dict[str, str]] = ContextVar("stopdoctor_sentinel_extra")
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """How one analysis renders its sentinel conversations: the template, its limits, the
+    conversation shape it needs, and the variables found missing so far (rendered empty; the
+    dict fills in as the renders go, and is shared by every shape tried)."""
+
+    source: str
+    limits: RenderLimits
+    shape: _Shape = _Shape()
+    extra: dict[str, str] = field(default_factory=dict)
+
+
 _UNDEFINED_RE = re.compile(r"'(\w{1,40})' is undefined")
 _RESERVED_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt", "message", "loop"})
 # A rough tokenisation for comparing the text around turns when no vocabulary is given:
@@ -105,30 +114,19 @@ _RESERVED_NAMES = frozenset({"messages", "tools", "documents", "add_generation_p
 _PIECE_RE = re.compile(r"<\|[^|<>]*\|>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]|\s+|[^\s<\[]+|.", re.S)
 
 
-@contextmanager
-def _probing(source: str, special_tokens: Mapping[str, str] | None, limits: RenderLimits) -> Iterator[_Shape]:
-    """Set the limits, then the first conversation shape under which the template writes both a
-    user and an assistant message."""
-    token = _SENTINEL_LIMITS.set(limits)
-    shape_token = _SENTINEL_SHAPE.set(_Shape())
-    extra_token = _SENTINEL_EXTRA.set({})
-    try:
-        chosen = _Shape()
-        for shape in _SHAPES:
-            _SENTINEL_SHAPE.set(shape)
-            if any(_writes_messages(source, special_tokens, prefix) for prefix in ([], [_system()])):
-                chosen = shape
-                break
-        _SENTINEL_SHAPE.set(chosen)
-        yield chosen
-    finally:
-        _SENTINEL_EXTRA.reset(extra_token)
-        _SENTINEL_SHAPE.reset(shape_token)
-        _SENTINEL_LIMITS.reset(token)
+def _probe_for(source: str, special_tokens: Mapping[str, str] | None, limits: RenderLimits) -> _Probe:
+    """The first conversation shape under which the template writes both a user and an
+    assistant message (the plain shape when none does)."""
+    extra: dict[str, str] = {}
+    for shape in _SHAPES:
+        probe = _Probe(source, limits, shape, extra)
+        if any(_writes_messages(probe, special_tokens, prefix) for prefix in ([], [_system()])):
+            return probe
+    return _Probe(source, limits, _Shape(), extra)
 
 
-def _writes_messages(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> bool:
-    text = _try_render(source, [*prefix, _user(_U1), _assistant(_A1)], special_tokens)
+def _writes_messages(probe: _Probe, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> bool:
+    text = _try_render(probe, [*prefix, _user(_U1), _assistant(_A1)], special_tokens)
     return text is not None and _U1 in text and _A1 in text
 
 
@@ -151,21 +149,18 @@ def _as_parts(message: dict) -> dict:
     return message
 
 
-def _try_render(source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
+def _try_render(probe: _Probe, messages: list[dict], special_tokens: Mapping[str, str] | None,
                 add_generation_prompt: bool = False, optional: bool = False) -> str | None:
     """Render, or None when the template rejects this conversation shape. Limit and sandbox
     errors are not a matter of shape: they propagate, except from an `optional` probe (a tool
     call, reasoning, a tool role), which only refines what the plain conversation showed."""
-    shape = _SENTINEL_SHAPE.get()
+    shape, extra = probe.shape, probe.extra
     if shape.parts:
         messages = [_as_parts(m) for m in messages]
-    extra = _SENTINEL_EXTRA.get(None)
-    if extra is None:
-        extra = {}
     for _ in range(4):
         try:
-            return render_chat(source, messages, add_generation_prompt=add_generation_prompt,
-                               special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get(),
+            return render_chat(probe.source, messages, add_generation_prompt=add_generation_prompt,
+                               special_tokens=special_tokens, limits=probe.limits,
                                tools=[_SAMPLE_TOOL] if shape.tools else None, extra=extra or None)
         except TemplateLimitError:
             if optional and not overall_deadline_passed():  # the command's deadline is no matter of shape
@@ -241,10 +236,10 @@ def _with_bos_sentinel(special_tokens: Mapping[str, str] | None) -> dict[str, st
     return {**special_tokens, "bos_token": _BOS}
 
 
-def _text_before(source: str, special_tokens: Mapping[str, str] | None, messages: list[dict],
+def _text_before(probe: _Probe, special_tokens: Mapping[str, str] | None, messages: list[dict],
                  sentinel: str, after: str | None = None) -> str | None:
     """What the template writes before `sentinel` (and after `after`), less a leading bos_token."""
-    text = _try_render(source, messages, _with_bos_sentinel(special_tokens))
+    text = _try_render(probe, messages, _with_bos_sentinel(special_tokens))
     if text is None or sentinel not in text:
         return None
     before = text[: text.find(sentinel)]
@@ -254,9 +249,9 @@ def _text_before(source: str, special_tokens: Mapping[str, str] | None, messages
     return before.removeprefix(_BOS)
 
 
-def _user_header_from(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
+def _user_header_from(probe: _Probe, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
     """Text before the first user message's content, less any bos token."""
-    return _text_before(source, special_tokens, [*prefix, _user(_U1)], _U1,
+    return _text_before(probe, special_tokens, [*prefix, _user(_U1)], _U1,
                         after=_SYS if prefix else None)
 
 
@@ -282,7 +277,7 @@ def _cut_at_opener(text: str, openers: frozenset[str], known: list[str]) -> str:
     return "".join(out)
 
 
-def _openers(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+def _openers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str],
              prefix: list[dict], generation_prompt: str | None) -> frozenset[str]:
     """Special tokens that open every turn, whatever its role: the first token of the generation
     prompt (`<|im_start|>`, `<|start_header_id|>`, or GLM's `<|assistant|>`), and the first token
@@ -293,29 +288,29 @@ def _openers(source: str, special_tokens: Mapping[str, str] | None, known: list[
     first = _first_special(generation_prompt, known, skip=bos)
     if first is not None:
         found.add(first)
-    system = _first_special(_text_before(source, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
-    user = _first_special(_text_before(source, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
+    system = _first_special(_text_before(probe, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
+    user = _first_special(_text_before(probe, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
     if system is not None and system == user:
         found.add(system)
     return frozenset(found)
 
 
-def _generation_prompt(source: str, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
-    plain = _try_render(source, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=False)
-    prompted = _try_render(source, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=True)
+def _generation_prompt(probe: _Probe, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
+    plain = _try_render(probe, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=False)
+    prompted = _try_render(probe, [*prefix, _user(_U1)], special_tokens, add_generation_prompt=True)
     if plain is not None and prompted is not None and prompted.startswith(plain):
         return prompted[len(plain):]
     return None
 
 
-def _inner_tokens(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+def _inner_tokens(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str],
                   prefix: list[dict], openers: frozenset[str], close: str) -> frozenset[str]:
     """Special tokens written inside an assistant turn, between its opening and its content:
     thinking tags, channel markers, response delimiters. Rendered with and without reasoning."""
     inner: set[str] = set()
-    user_close = _between(_try_render(source, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
+    user_close = _between(_try_render(probe, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
     for assistant in (_assistant(_A1), _assistant(_A1, reasoning_content=_THINK)):
-        text = _try_render(source, [*prefix, _user(_U1), assistant], special_tokens, optional=True)
+        text = _try_render(probe, [*prefix, _user(_U1), assistant], special_tokens, optional=True)
         span = _between(text, _U1, _A1) if text is not None else None
         if span is None:
             continue
@@ -327,7 +322,7 @@ def _inner_tokens(source: str, special_tokens: Mapping[str, str] | None, known: 
     # A token after which the turn still writes a tool call (Cohere <|END_TEXT|> before
     # <|START_ACTION|>) closes a segment, not the turn.
     call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
-    text = _try_render(source, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
+    text = _try_render(probe, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
     after = _between(text, _A1, None) if text is not None else None
     if after and _TOOL_NAME in after:
         before_call = after[: after.rfind(_TOOL_NAME)]
@@ -385,34 +380,33 @@ def analyze_turns(
     Raises TemplateError when no conversation shape renders, or on a sandbox/limit violation.
     """
     known = _known_texts(special_tokens, known_special_texts)
-    with _probing(source, special_tokens, limits) as shape:
-        return _analyze(source, special_tokens, known, shape)
+    return _analyze(_probe_for(source, special_tokens, limits), special_tokens, known)
 
 
-def _analyze(source: str, special_tokens: Mapping[str, str] | None, known: list[str], shape: _Shape) -> TurnStructure:
+def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str]) -> TurnStructure:
     u1, a1, u2 = _user(_U1), _assistant(_A1), _user(_U2)
     for prefix in ([], [_system()]):
-        end = _try_render(source, [*prefix, u1, a1], special_tokens)
-        mid = _try_render(source, [*prefix, u1, a1, u2], special_tokens)
+        end = _try_render(probe, [*prefix, u1, a1], special_tokens)
+        mid = _try_render(probe, [*prefix, u1, a1, u2], special_tokens)
         after_end = _between(end, _A1, None) if end is not None else None
         after_mid = _between(mid, _A1, _U2) if mid is not None else None
         if after_end is not None or after_mid is not None:
             break
     else:
         # Every shape was rejected: surface the template's own reason for the simplest one.
-        render_chat(source, [u1, a1], special_tokens=special_tokens, limits=_SENTINEL_LIMITS.get())
+        render_chat(probe.source, [u1, a1], special_tokens=special_tokens, limits=probe.limits)
         raise TemplateIgnoresMessages("chat template renders no user/assistant conversation: the messages never appear in its output",
                                       "a chat template must write each message's content")
 
-    generation_prompt = _generation_prompt(source, special_tokens, prefix)
-    openers = _openers(source, special_tokens, known, prefix, generation_prompt)
-    headers = _headers(source, special_tokens, known, openers)
+    generation_prompt = _generation_prompt(probe, special_tokens, prefix)
+    openers = _openers(probe, special_tokens, known, prefix, generation_prompt)
+    headers = _headers(probe, special_tokens, known, openers)
     close_end = _cut_at_opener(after_end, openers, known) if after_end is not None else None
     close_mid = _cut_at_opener(after_mid, openers, known) if after_mid is not None else None
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
-        first_user = _text_before(source, special_tokens, [*prefix, u1], _U1)
+        first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
         header = _common_suffix(close_mid, first_user or "", known)
         if header.strip():
             close_mid = close_mid[: len(close_mid) - len(header)]
@@ -425,24 +419,25 @@ def _analyze(source: str, special_tokens: Mapping[str, str] | None, known: list[
         close = close_end
     elif close_mid and close_mid.strip():
         close, style = close_mid, "only-when-followed"
-    inner = _inner_tokens(source, special_tokens, known, prefix, openers, close)
+    inner = _inner_tokens(probe, special_tokens, known, prefix, openers, close)
     evidence = f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}"
     found = [EndOfTurnMarker(text, trailing, evidence) for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
     markers, also = found[-1:], found[:-1]
     if not markers:
-        style, markers = _headerish_end(source, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
+        style, markers = _headerish_end(probe, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
-    return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, shape.parts, shape.tools)
+    return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, probe.shape.parts,
+                         probe.shape.tools)
 
 
-def _headerish_end(source: str, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
+def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
                    close: str, excluded: frozenset[str]) -> tuple[str, list[EndOfTurnMarker]]:
     """No closing token: the turn ends where the next one opens with a role's own token (GLM-4:
     `<|user|>`, `<|observation|>`), or at a plain-text header after whitespace, or nowhere. A
     token that opens every turn (`<|im_start|>`) or is written inside turns is never one."""
     following = [("user", after_mid)]
     for role in ("tool", "observation"):  # GLM calls the tool role "observation"
-        tool = _try_render(source, [_user(_U1), _assistant(_A1), {"role": role, "content": _TOOL}], special_tokens, optional=True)
+        tool = _try_render(probe, [_user(_U1), _assistant(_A1), {"role": role, "content": _TOOL}], special_tokens, optional=True)
         following.append((role, _between(tool, _A1, _TOOL) if tool is not None else None))
     markers: list[EndOfTurnMarker] = []
     for role, text in following:
@@ -490,38 +485,37 @@ def find_turn_headers(source: str, special_tokens: Mapping[str, str] | None = No
     template has one. Roles the template rejects are left out.
     """
     known = _known_texts(special_tokens, ())
-    with _probing(source, special_tokens, limits):
-        return _find_turn_headers(source, special_tokens, known)
+    return _find_turn_headers(_probe_for(source, special_tokens, limits), special_tokens, known)
 
 
-def _find_turn_headers(source: str, special_tokens: Mapping[str, str] | None, known: list[str]) -> dict[str, str]:
-    generation_prompt = _generation_prompt(source, special_tokens, [])
-    return _headers(source, special_tokens, known, _openers(source, special_tokens, known, [], generation_prompt))
+def _find_turn_headers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str]) -> dict[str, str]:
+    generation_prompt = _generation_prompt(probe, special_tokens, [])
+    return _headers(probe, special_tokens, known, _openers(probe, special_tokens, known, [], generation_prompt))
 
 
-def _headers(source: str, special_tokens: Mapping[str, str] | None, known: list[str],
+def _headers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str],
              openers: frozenset[str]) -> dict[str, str]:
     u1, a1, u2 = _user(_U1), _assistant(_A1), _user(_U2)
     headers: dict[str, str] = {}
 
-    mid = _try_render(source, [u1, a1, u2], special_tokens)
+    mid = _try_render(probe, [u1, a1, u2], special_tokens)
     if mid is not None:
         between = _between(mid, _A1, _U2)
         if between is not None:
             close = _cut_at_opener(between, openers, known)
-            end = _try_render(source, [u1, a1], special_tokens)
+            end = _try_render(probe, [u1, a1], special_tokens)
             after_end = _between(end, _A1, None) if end is not None else None
             if not openers and after_end:  # no opener to cut at: the part shared with the final close
                 close = _common_prefix(after_end, between, known)
             headers["user"] = between[len(close):]
     if "user" not in headers:
-        first = _user_header_from(source, special_tokens, [])
+        first = _user_header_from(probe, special_tokens, [])
         if first is not None:
             headers["user"] = first
 
-    plain = _try_render(source, [u1], special_tokens, add_generation_prompt=False)
-    prompted = _try_render(source, [u1], special_tokens, add_generation_prompt=True)
-    pair = _try_render(source, [u1, a1], special_tokens)
+    plain = _try_render(probe, [u1], special_tokens, add_generation_prompt=False)
+    prompted = _try_render(probe, [u1], special_tokens, add_generation_prompt=True)
+    pair = _try_render(probe, [u1, a1], special_tokens)
     between_ua = _between(pair, _U1, _A1) if pair is not None else None
     gen_prompt = None
     if plain is not None and prompted is not None and prompted.startswith(plain):
@@ -537,7 +531,7 @@ def _headers(source: str, special_tokens: Mapping[str, str] | None, known: list[
             header = "".join(pieces[at:]) if at is not None else ""
         headers["assistant"] = header
 
-    system = _text_before(source, special_tokens, [_system(), u1], _SYS)
+    system = _text_before(probe, special_tokens, [_system(), u1], _SYS)
     if system is not None:
         headers["system"] = system
     return headers
@@ -555,23 +549,23 @@ def template_writes_bos(source: str, bos_token: str | None, special_tokens: Mapp
     if not bos_token:
         return False
     specials = {**(special_tokens or {}), "bos_token": bos_token}
-    with _probing(source, specials, limits):
-        text = _first_render(source, {**specials, "bos_token": _BOS_SENTINEL})
-        if text is None:
-            return False
-        if text.startswith(_BOS_SENTINEL):
-            return True
-        if not text.startswith(bos_token):
-            return False
-        headers = _find_turn_headers(source, specials, _known_texts(specials, ()))
-        return not any(header.startswith(bos_token) for header in headers.values())
+    probe = _probe_for(source, specials, limits)
+    text = _first_render(probe, {**specials, "bos_token": _BOS_SENTINEL})
+    if text is None:
+        return False
+    if text.startswith(_BOS_SENTINEL):
+        return True
+    if not text.startswith(bos_token):
+        return False
+    headers = _find_turn_headers(probe, specials, _known_texts(specials, ()))
+    return not any(header.startswith(bos_token) for header in headers.values())
 
 
-def _first_render(source: str, special_tokens: Mapping[str, str]) -> str | None:
+def _first_render(probe: _Probe, special_tokens: Mapping[str, str]) -> str | None:
     """The first of a few simple conversations the template accepts, rendered."""
     user = _user(_U1)
     for messages, prompt in (([user], True), ([user], False), ([user, _assistant(_A1)], False)):
-        text = _try_render(source, messages, special_tokens, add_generation_prompt=prompt)
+        text = _try_render(probe, messages, special_tokens, add_generation_prompt=prompt)
         if text is not None:
             return text
     return None

@@ -2,312 +2,32 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file reads every line as text (JSONL, .gz, local or any URL DuckDB can open), parses it
-once, picks each field from whichever logged shape the line has, and materialises a narrow table
-of normalised records; the distributions are GROUP BYs over that table. The text of an answer is
-kept only where a cheap SQL prefilter (a superset of what `diagnose.find_turns` can find) says a
-next turn may be in it; those few answers are then diagnosed in Python by `stopdoctor.analysis.diagnose`,
-the same code `generate --server` uses. `normalise_sql` is the query, engine-neutral DuckDB SQL,
-to run unchanged on a bigger DuckDB (MotherDuck, a large VM) over object storage.
+query per file (`actions.logs.sql.normalise_sql`) reads every line as text (JSONL, .gz, local or
+any URL DuckDB can open), parses it once, picks each field from whichever logged shape the line
+has, and materialises a narrow table of normalised records; the distributions are GROUP BYs over
+that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
+`diagnose.find_turns` can find) says a next turn may be in it; those few answers are then
+diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
+against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Shapes recognised per line (request+response pairs under `request`/`response`, the response
-optionally under `response.body` as in OpenAI batch output): OpenAI-compatible chat and completions
-(vLLM, TGI's messages API, llama.cpp server, transformers serve, SGLang `matched_stop`), TGI
-`/generate` (`details.finish_reason`), llama.cpp `/completion` (`stop_type`, `stopped_*`,
-`stopping_word`), Ollama `/api/chat` and `/api/generate` (`done_reason`).
-
-Imports: errors, diagnose, analysis/api (only with --model). Never prints.
+Imports: core, analysis (diagnose), actions.logs (sql, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, TurnEnder, _headline_turn, diagnose
+from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError
-
-# --------------------------------------------------------------------------------------------
-# Where each field lives, per shape
-# --------------------------------------------------------------------------------------------
-
-# Where a response may sit, most specific first, and what to look for there: a logged pair's
-# response (OpenAI batch output nests it under body, always OpenAI-shaped), else the line itself.
-# Each path costs a lookup on every line: only what some server writes is listed.
-_OPENAI = {
-    "text": (".choices[0].message.content", ".choices[0].text"),
-    "finish_reason": (".choices[0].finish_reason",),
-    "stop_reason": (".choices[0].stop_reason", ".choices[0].matched_stop"),
-    "model": (".model",),
-    "shape:openai-chat": (".choices[0].message.role",),  # a chat answer without text (tool calls)
-    "second_choice": (".choices[1].finish_reason",),  # n > 1: only the first choice is read
-}
-_ANY = {
-    "text": _OPENAI["text"] + (".message.content", ".generated_text", ".content"),
-    "finish_reason": _OPENAI["finish_reason"] + (".done_reason", ".details.finish_reason", ".stop_type"),
-    "stop_reason": _OPENAI["stop_reason"] + (".stopping_word",),
-    "model": (".model",),
-    "stopped_limit": (".stopped_limit",),  # llama.cpp before stop_type
-    "shape:openai-chat": _OPENAI["shape:openai-chat"],
-    "second_choice": _OPENAI["second_choice"],
-}
-_RESPONSE_ROOTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
-    ("$.response.body", _OPENAI), ("$.response", _ANY), ("$", _ANY))
-_REQUEST_ROOTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
-    ("$.request.body", {"max_tokens": (".max_tokens", ".max_completion_tokens"), "request_model": (".model",)}),
-    ("$.request", {"max_tokens": (".max_tokens", ".max_completion_tokens", ".options.num_predict",
-                                  ".parameters.max_new_tokens", ".n_predict"), "request_model": (".model",)}),
-)
-OVERRIDABLE = ("text", "finish_reason", "stop_reason", "model", "max_tokens")
-# Which text path was found says the shape.
-_SHAPE_OF_TEXT = {".choices[0].message.content": "openai-chat", ".choices[0].text": "openai-completions",
-                  ".message.content": "ollama", ".generated_text": "tgi"}  # `content` alone says nothing
-
-# Every finish_reason spelling, mapped to the two that matter.
-_STOP_WORDS = ("stop", "eos_token", "stop_sequence", "eos", "word", "end_turn", "stop_token")
-_LENGTH_WORDS = ("length", "max_tokens", "limit", "max_length", "model_length")
-
-# Text that ends a sentence (or a code block) when an answer was cut by the budget.
-_SENTENCE_END = r"""[.!?…。！？:;"'”’)\]*`>]$"""
-
-
-def _path(root: str, suffix: str) -> str:
-    return "$" + suffix if root == "$" else root + suffix
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _sql_regex(pattern: str) -> str:
-    return _sql_string(pattern)
-
-
-def _re2_escape(text: str) -> str:
-    """A literal for RE2 (DuckDB's regex engine): Python's re.escape writes a backslash before a
-    raw newline, which RE2 rejects."""
-    return "".join("\\" + c if c in r"\.^$|?*+()[]{}" else {"\n": r"\n", "\t": r"\t", "\r": r"\r"}.get(c, c)
-                   for c in text)
-
-
-@dataclass(frozen=True)
-class TurnVocabulary:
-    """What marks a next turn in text: per template family, the user/system headers and the
-    special tokens (to strip, as servers do); and the end-of-turn token texts."""
-
-    families: tuple[tuple[str, Mapping[str, str], tuple[str, ...]], ...]  # (name, headers, specials)
-    enders: Mapping[int, TurnEnder]
-    source: str  # "built-in families" | the model spec
-
-    @functools.cached_property
-    def family_words(self) -> tuple[frozenset[str], ...]:
-        """Per family, the bare role words its headers leave once specials are stripped."""
-        return tuple(frozenset(_bare_words(headers, specials)) for _, headers, specials in self.families)
-
-    def prefilter_sql(self, column: str) -> str:
-        """A SQL condition true for every text in which `diagnose` may find a turn or an ender
-        that ran on: literal headers and ender texts, bare role words alone on a line, and (when a
-        family has no header) transcript labels. A superset; Python decides."""
-        literals = sorted({h for _, headers, _ in self.families for h in headers.values()}
-                          | {e.text for e in self.enders.values() if e.text})
-        words = sorted({w for _, headers, specials in self.families for w in _bare_words(headers, specials)})
-        # One RE2 pass over the text, whatever the number of families.
-        alternatives = [_re2_escape(text) for text in literals]
-        if words:
-            alternatives.append(r"(?m:^[ \t]*(?:" + "|".join(_re2_escape(w) for w in words) + r")[ \t]*$)")
-        if any(not headers for _, headers, _ in self.families):
-            alternatives.append(r"(?m:^(?:User|USER|Human|HUMAN)[ \t]*:)")
-        terms = [f"regexp_matches({column}, {_sql_regex('|'.join(alternatives))})"] if alternatives else []
-        return "(" + " OR ".join(terms) + ")" if terms else "false"
-
-
-def _bare_words(headers: Mapping[str, str], specials: Sequence[str]) -> list[str]:
-    words = []
-    for header in headers.values():
-        bare = header
-        for special in sorted(specials, key=len, reverse=True):
-            bare = bare.replace(special, "")
-        if bare != header and re.fullmatch(r"\w+", bare.strip()):
-            words.append(bare.strip())
-    return words
-
-
-# The families an unknown model most likely has: headers as their templates write them. Without
-# --model a log is read against all of them; each alone is what `diagnose` checks for one model.
-_FAMILIES: tuple[tuple[str, dict[str, str], tuple[str, ...]], ...] = (
-    ("chatml", {"user": "<|im_start|>user\n", "system": "<|im_start|>system\n"}, ("<|im_start|>", "<|im_end|>")),
-    ("llama-3", {"user": "<|start_header_id|>user<|end_header_id|>\n\n",
-                 "system": "<|start_header_id|>system<|end_header_id|>\n\n"},
-     ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|begin_of_text|>")),
-    ("gemma", {"user": "<start_of_turn>user\n"}, ("<start_of_turn>", "<end_of_turn>")),
-    ("phi-3", {"user": "<|user|>\n", "system": "<|system|>\n"}, ("<|user|>", "<|system|>", "<|end|>", "<|assistant|>")),
-    ("granite", {"user": "<|start_of_role|>user<|end_of_role|>", "system": "<|start_of_role|>system<|end_of_role|>"},
-     ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>")),
-    ("harmony", {"user": "<|start|>user<|message|>", "system": "<|start|>system<|message|>"},
-     ("<|start|>", "<|message|>", "<|end|>", "<|return|>")),
-    ("deepseek", {"user": "<｜User｜>"}, ("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>")),
-)
-# End-of-turn texts no ordinary answer contains (not `</s>`: HTML's strikethrough closes with it).
-_ENDERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|end_of_text|>",
-           "<|return|>", "<｜end▁of▁sentence｜>")
-
-
-def builtin_vocabulary() -> TurnVocabulary:
-    enders = {-(i + 1): TurnEnder(-(i + 1), text, ("a well-known end-of-turn token",)) for i, text in enumerate(_ENDERS)}
-    return TurnVocabulary(_FAMILIES, enders, "built-in families")
-
-
-def model_vocabulary(spec: str, revision: str | None = None) -> TurnVocabulary:
-    """The model's own headers, specials and turn enders, from its template and files."""
-    from stopdoctor.analysis.core import analyze
-    from stopdoctor.api import load
-    from stopdoctor.analysis.diagnose import turn_enders, turn_headers
-
-    facts = load(spec, revision)
-    analysis = analyze(facts)
-    specials = tuple(facts.vocab.special_tokens)
-    return TurnVocabulary((("model", turn_headers(analysis), specials),), turn_enders(analysis), spec)
-
-
-# --------------------------------------------------------------------------------------------
-# The query
-# --------------------------------------------------------------------------------------------
-
-
-def _paths(overrides: Mapping[str, str]) -> tuple[list[str], dict[str, list[int]]]:
-    """The flat list of JSON paths extracted from each line in one parse, and where each field's
-    candidates sit in it (1-based, DuckDB lists). Shape evidence is keyed "shape:<name>"."""
-    paths: list[str] = []
-    where: dict[str, list[int]] = defaultdict(list)
-
-    def add(name: str, path: str) -> None:
-        paths.append(path)
-        where[name].append(len(paths))
-
-    for roots in (_RESPONSE_ROOTS, _REQUEST_ROOTS):
-        for root, fields in roots:
-            for name, suffixes in fields.items():
-                if name in overrides or (name == "request_model" and "model" in overrides):
-                    continue
-                for suffix in suffixes:
-                    add(name, _path(root, suffix))
-                    if name == "text" and suffix in _SHAPE_OF_TEXT:
-                        where["shape:" + _SHAPE_OF_TEXT[suffix]].append(len(paths))
-                    if name == "stopped_limit":
-                        where["shape:llama.cpp"].append(len(paths))
-                    if name == "finish_reason" and suffix in (".stop_type", ".done_reason", ".details.finish_reason"):
-                        shape = {".stop_type": "llama.cpp", ".done_reason": "ollama", ".details.finish_reason": "tgi"}[suffix]
-                        where["shape:" + shape].append(len(paths))
-    if "text" not in overrides:
-        add("ollama_text", "$.response")  # Ollama /api/generate: the text is the string `response`
-    for name, path in overrides.items():
-        add(name, path)
-    return paths, where
-
-
-def _first(where: dict[str, list[int]], name: str) -> str:
-    items = [f"v[{i}]" for i in where.get(name, [])]
-    if not items:
-        return "NULL"
-    return items[0] if len(items) == 1 else f"coalesce({', '.join(items)})"
-
-
-def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[str, str] | None = None) -> str:
-    """The query: from `source` (a relation with `line_no` and `line`, one log line of JSON text
-    each) to one normalised record per line. DuckDB SQL only; no Python in the loop."""
-    overrides = dict(overrides or {})
-    paths, where = _paths(overrides)
-    path_list = "[" + ", ".join(_sql_string(p) for p in paths) + "]"
-    f = lambda name: _first(where, name)  # noqa: E731
-    finish_raw = f("finish_reason")
-    if "finish_reason" not in overrides:
-        finish_raw = (f"coalesce({finish_raw}, CASE {f('stopped_limit')} WHEN 'true' THEN 'limit' "
-                      "WHEN 'false' THEN 'stop' END)")
-    text = f("text")
-    if "text" not in overrides:
-        # only for a line that has Ollama's done_reason: elsewhere `response` is the logged response object
-        text = f"coalesce({text}, CASE WHEN {f('shape:ollama')} IS NOT NULL THEN {f('ollama_text')} END)"
-    model = f("model") if "model" in overrides else f"coalesce({f('model')}, {f('request_model')})"
-    stop_words = ", ".join(_sql_string(w) for w in _STOP_WORDS)
-    length_words = ", ".join(_sql_string(w) for w in _LENGTH_WORDS)
-    if overrides:
-        shape = "CASE WHEN v IS NOT NULL AND (finish_raw IS NOT NULL OR text IS NOT NULL) THEN 'custom' END"
-    else:
-        shape = ("CASE WHEN v IS NULL THEN NULL "
-                 + " ".join(f"WHEN {f('shape:' + name)} IS NOT NULL THEN '{name}'"
-                            for name in ("openai-chat", "openai-completions", "ollama", "tgi", "llama.cpp"))
-                 + " WHEN finish_raw IS NOT NULL OR text IS NOT NULL THEN 'other' END")
-    return f"""
-WITH parsed AS (
-    SELECT line_no,
-           line IS NULL OR trim(line) = '' AS blank,
-           CASE WHEN json_valid(line) THEN json_extract_string(line, {path_list}) END AS v
-    FROM {source}
-), fields AS (
-    SELECT line_no, blank, v,
-           {finish_raw} AS finish_raw,
-           {text} AS text,
-           {model} AS model,
-           {f('max_tokens')} AS max_tokens,
-           {f('stop_reason')} AS stop_reason,
-           {f('second_choice')} IS NOT NULL AS multi_choice
-    FROM parsed
-), records AS (
-    SELECT line_no, blank, v IS NULL AND NOT blank AS bad,
-           {shape} AS shape,
-           finish_raw, model, max_tokens, stop_reason, multi_choice,
-           CASE WHEN lower(finish_raw) IN ({stop_words}) THEN 'stop'
-                WHEN lower(finish_raw) IN ({length_words}) THEN 'length'
-                WHEN finish_raw IS NULL THEN '(none)' ELSE finish_raw END AS finish,
-           text,
-           {vocabulary.prefilter_sql('text')} AS turn_candidate
-    FROM fields
-)
-SELECT line_no, blank, bad, shape, finish_raw, finish, model, max_tokens, stop_reason,
-       coalesce(turn_candidate, false) AS turn_candidate,
-       finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
-           AND NOT regexp_matches(rtrim(text), {_sql_regex(_SENTENCE_END)}) AS mid_sentence,
-       CASE WHEN turn_candidate THEN text END AS candidate_text,
-       CASE WHEN finish = 'length' THEN
-           CASE WHEN length(rtrim(text)) > 120 THEN '…' || right(rtrim(text), 120) ELSE rtrim(text) END END AS tail,
-       coalesce(multi_choice, false) AND shape IS NOT NULL AS multi_choice
-FROM records
-"""
-
-
-def _source_sql(path: str, con=None) -> str:
-    """One row per physical line, numbered from 1 (blank lines kept, so numbers match `sed -n`).
-    A JSON line cannot hold a raw control character, so chr(1) never splits one. A Parquet row
-    is a line too: its one text column when it has only that (a JSON log stored as text), else
-    the row as a JSON object; rows are numbered from 1."""
-    if _is_parquet(path):
-        scan = f"read_parquet({_sql_string(path)}, file_row_number = true)"
-        columns = con.execute(f"DESCRIBE SELECT * FROM read_parquet({_sql_string(path)})").fetchall() if con else []
-        if len(columns) == 1 and columns[0][1] in ("VARCHAR", "JSON"):
-            line = '"' + columns[0][0].replace('"', '""') + '"::VARCHAR'
-        else:
-            line = "to_json(struct_pack(*COLUMNS(* EXCLUDE (file_row_number))))::VARCHAR"
-        return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
-    return ("(SELECT ordinality AS line_no, line FROM read_csv("
-            f"{_sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
-            "header = false, auto_detect = false, max_line_size = 268435456, compression = 'auto') "
-            "WITH ORDINALITY)")
-
-
-def _is_parquet(path: str) -> bool:
-    return path.lower().endswith((".parquet", ".parq", ".pq"))
-
-
-def _is_remote(path: str) -> bool:
-    return bool(re.match(r"^[a-z][a-z0-9+]*://", path))
-
+from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, normalise_sql, source_sql, sql_string
+from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
 # The report
@@ -377,6 +97,11 @@ class LogsReport:
         return self.finish.get("length", 0) / self.responses if self.responses else 0.0
 
 
+# --------------------------------------------------------------------------------------------
+# Running the query
+# --------------------------------------------------------------------------------------------
+
+
 def _connect():
     try:
         import duckdb
@@ -388,7 +113,7 @@ def _connect():
     con = duckdb.connect()
     # Line numbering holds a file's lines until they are numbered; past memory they spill here,
     # not into the working directory (DuckDB's default for an in-memory database).
-    con.execute(f"SET temp_directory = {_sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
+    con.execute(f"SET temp_directory = {sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
     return con, duckdb
 
 
@@ -399,7 +124,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     vocabulary = vocabulary or builtin_vocabulary()
     con, _ = _connect()
     try:
-        return "".join(f"-- {path}\n{normalise_sql(_source_sql(path, con), vocabulary, settings.overrides).strip()};\n\n"
+        return "".join(f"-- {path}\n{normalise_sql(source_sql(path, con), vocabulary, settings.overrides).strip()};\n\n"
                        for path in paths)
     finally:
         con.close()
@@ -422,7 +147,7 @@ def _check_inputs(paths: Sequence[str]) -> None:
     if not paths:
         raise InputError("no log file given", hint="stopdoctor logs responses.jsonl [more.jsonl.gz …]")
     for path in paths:
-        if _is_remote(path):
+        if is_remote(path):
             continue
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file")
@@ -488,15 +213,15 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
             return report
 
         try:
-            source = _source_sql(path, con)
-            if not _is_parquet(path):
+            source = source_sql(path, con)
+            if not is_parquet(path):
                 # Number the lines first (one ordered pass, no parsing), so that the parsing below
                 # runs on every core: numbering in the same pipeline would keep it on one.
                 _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                 source = "lines"
             query = normalise_sql(source, vocabulary, settings.overrides)
-            _run(con, f"INSERT INTO rec SELECT {_sql_string(path)} AS file, * FROM ({query})",
-                 progress(0 if _is_parquet(path) else 40, 100 if _is_parquet(path) else 60))
+            _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
+                 progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
             con.execute("DROP TABLE IF EXISTS lines")
         except duckdb.Error as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -584,7 +309,7 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
             if _plausible_turn(masked, turn, seen_words):
                 turns.setdefault(turn.offset, turn)
     ordered = tuple(turns[k] for k in sorted(turns))
-    return Diagnosis(missed, None, _headline_turn(ordered, weak_allowed=weak_allowed), ordered)
+    return Diagnosis(missed, None, headline_turn(ordered, weak_allowed=weak_allowed), ordered)
 
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings) -> LogsReport:

@@ -1,6 +1,5 @@
-"""Plain functions behind `stopdoctor render` and `stopdoctor probe-stop`: the fully templated
-prompt exactly as transformers builds it, a comparison of two templates on the same messages, and
-a stop-string probe with the model's own turn structure added. No printing, no exiting.
+"""Plain functions behind `stopdoctor render`: the fully templated prompt exactly as transformers
+builds it, and a comparison of two templates on the same messages. No printing, no exiting.
 
 Fidelity contract (transformers 5.x `apply_chat_template`): the text is what
 `apply_chat_template(..., tokenize=False)` returns, and the ids are what `tokenize=True` returns,
@@ -9,8 +8,8 @@ template did not write; a template that writes `bos_token` while the tokenizer a
 doubles BOS when the text is encoded again with special tokens on (`tokenizer(text)`, or a
 llama.cpp server given the rendered text) — `RenderedPrompt.bos` says when that would happen.
 
-Imports: model, errors, facts, vocab, sandbox, turns, analysis, probe (the tokenizer comes from the
-vocabulary, i.e. the `tokenizers` library). Never transformers or torch: this is the static path.
+Imports: core, facts (model facts, vocabulary), template (the sandbox, turns). The tokenizer comes
+from the vocabulary, i.e. the `tokenizers` library. Never transformers or torch: this is the static path.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from stopdoctor.core.errors import InputError, TemplateError
-from stopdoctor.facts.model_facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
 from stopdoctor.core.types import ChatTemplate, Location
-from stopdoctor.facts.vocab import lone_surrogate
+from stopdoctor.facts.model_facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
 
 # Used when the user gives no messages (the CLI says so on stderr).
 SAMPLE_CONVERSATION: list[dict[str, str]] = [
@@ -36,9 +34,6 @@ SAMPLE_CONVERSATION: list[dict[str, str]] = [
 
 # A template line quoted in an error message is cut to this many characters.
 _QUOTED_LINE_CHARS = 100
-# Stop strings are markers of a few characters; each is encoded in a dozen contexts.
-MAX_STOP_CHARS = 4096
-MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,8 +201,9 @@ def _quote_line(source: str, line: int | None) -> str | None:
     return text if len(text) <= _QUOTED_LINE_CHARS else text[: _QUOTED_LINE_CHARS - 1] + "…"
 
 
-def _with_template_line(error: TemplateError, template: ChatTemplate) -> TemplateError:
-    """The same error, its message quoting the template line that failed and naming the file."""
+def with_template_line(error: TemplateError, template: ChatTemplate) -> TemplateError:
+    """The same error, its message quoting the template line that failed and naming the file (how
+    render and probe-stop report a template that fails)."""
     quoted = _quote_line(template.source, error.line)
     message = f"{error.message} [{template.location}]"
     if quoted:
@@ -217,14 +213,14 @@ def _with_template_line(error: TemplateError, template: ChatTemplate) -> Templat
 
 def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
                  add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
-    from stopdoctor.template.sandbox import render_chat
+    from stopdoctor.template.render import render_chat
 
     try:
         return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
                            continue_final_message=continue_final_message, tools=tools,
                            special_tokens=special_tokens)
     except TemplateError as error:
-        raise _with_template_line(error, template) from error
+        raise with_template_line(error, template) from error
 
 
 def _has_tokenizer(facts: ModelFacts) -> bool:
@@ -409,7 +405,7 @@ def end_of_turn_texts(facts: ModelFacts, template: ChatTemplate) -> list[str]:
     try:
         markers = find_end_of_turn(template.source, special_token_map(facts), list(facts.vocab.special_tokens))
     except TemplateError as error:
-        raise _with_template_line(error, template) from error
+        raise with_template_line(error, template) from error
     return [m.text + m.trailing for m in markers]
 
 
@@ -431,175 +427,3 @@ def compare_prompts(
         left_eot = right_eot = None
         error = exc.message
     return PromptComparison(left, right, left_label, right_label, diff, left_eot, right_eot, error)
-
-
-# --------------------------------------------------------------------------------------------
-# probe-stop with the model's turn structure
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ContextResult:
-    probe: Any  # stopdoctor.analysis.probe.ContextProbe
-    id_match_fires: bool  # the standalone ids occur in encode(context + stop)
-    pieces: list[str]  # decoded text of each covering id
-
-
-@dataclass(frozen=True)
-class StopReport:
-    probe: Any  # stopdoctor.analysis.probe.StopProbe
-    contexts: list[ContextResult]
-    standalone_pieces: list[str]
-
-    @property
-    def misses(self) -> int:
-        return sum(not c.id_match_fires for c in self.contexts)
-
-    @property
-    def failed(self) -> bool:
-        """What --fail-on-miss fails on: an id match would miss, or the stop fires in answers."""
-        return self.misses > 0 or bool(self.probe.false_positives)
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    model: str
-    stops: list[StopReport]
-    turn_endings: list[str]
-    user_header: str | None
-    corpus_files: list[str]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        return any(s.failed for s in self.stops)
-
-
-def template_stop_candidates(user_header: str, special_texts: Sequence[str]) -> list[str]:
-    """Stop strings a template suggests: its user-turn header, the header as a decoder that
-    skips special tokens shows it, and that form anchored to a line start."""
-    out = [user_header]
-    stripped = user_header
-    for special in sorted({s for s in special_texts if s}, key=len, reverse=True):
-        stripped = stripped.replace(special, "")
-    if stripped.strip() and stripped != user_header:
-        out.append(stripped)
-        if not stripped.startswith("\n"):
-            out.append("\n" + stripped)
-    return out
-
-
-def probe_model(
-    facts: ModelFacts,
-    stops: Sequence[str],
-    *,
-    from_template: bool = False,
-    corpus: Sequence[tuple[str, str]] = (),
-    corpus_files: Sequence[str] = (),
-) -> ProbeReport:
-    """Probe `stops` with the model's tokenizer after the default contexts and the template's
-    own turn endings; with `from_template`, also the stop strings its user header suggests.
-    `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
-    from stopdoctor.analysis.core import analyze
-    from stopdoctor.analysis.probe import SAMPLE_ANSWERS, contains_run, probe_stop
-
-    tokenizer = facts.vocab.tokenizer()
-    notes: list[str] = []
-    turn_endings: list[str] = []
-    user_header: str | None = None
-    if facts.template is not None:
-        try:
-            analysis = analyze(facts)
-        except TemplateError as error:
-            if from_template:
-                raise _with_template_line(error, facts.template) from error
-            notes.append(f"template turn endings not probed: {error.message}")
-        else:
-            turn_endings = list(dict.fromkeys(e.text + "\n" for e in analysis.end_of_turn))
-            user_header = analysis.turn_headers.get("user") or None
-    elif from_template:
-        raise InputError(f"{facts.source.spec}: has no chat template to derive stop strings from",
-                         hint="give the stop strings as arguments")
-    candidates = list(stops)
-    if from_template:
-        if not user_header:
-            raise TemplateError("the chat template has no user-turn header to derive stop strings from",
-                                "give the stop strings as arguments")
-        candidates += template_stop_candidates(user_header, [*facts.vocab.special_tokens, *special_token_map(facts).values()])
-    candidates = list(dict.fromkeys(candidates))
-    if not candidates:
-        raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
-    if any(not s for s in candidates):
-        raise InputError("an empty stop string cannot be probed")
-    for stop in candidates:
-        if (char := lone_surrogate(stop)) is not None:
-            shown = f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF else f"\\u{ord(char):04x}"
-            try:  # the bytes as given: surrogateescape undoes how Python decoded argv
-                given = stop.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:  # a lone surrogate that no byte made (a \ud800 escape)
-                given = stop.encode("utf-8", "backslashreplace")
-            raise InputError(f"stop string \"{given.decode('utf-8', 'backslashreplace')[:60]}\" is not UTF-8 text ({shown})",
-                             hint="give the stop as UTF-8 text; the tokenizer cannot encode anything else")
-        if len(stop) > MAX_STOP_CHARS:
-            raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
-                             hint="stop strings are short markers such as '\\nUser:'")
-
-    probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
-                        turn_endings=turn_endings, user_header=user_header)
-
-    def pieces(ids: Sequence[int]) -> list[str]:
-        return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
-
-    reports = []
-    for probe in probes:
-        contexts = []
-        for ctx in probe.contexts:
-            full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
-            contexts.append(ContextResult(ctx, contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
-        reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
-    return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
-
-
-def read_corpus(path: str | Path) -> tuple[str, str]:
-    """A plain-text file of answers, searched as one sample (so stops that span blank lines are
-    found too); each match is listed with its offset and an excerpt."""
-    path = Path(path)
-    return (path.name, load_text(path, path.name, max_bytes=MAX_CORPUS_BYTES))
-
-
-def parse_escapes(text: str) -> str:
-    r"""Shell arguments cannot hold a newline easily: `\n`, `\t`, `\r` and `\\` are read as escapes."""
-    out = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char == "\\" and i + 1 < len(text) and text[i + 1] in "ntr\\":
-            out.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[text[i + 1]])
-            i += 2
-            continue
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-__all__ = [
-    "SAMPLE_CONVERSATION",
-    "BosReport",
-    "PromptComparison",
-    "PromptToken",
-    "ProbeReport",
-    "RenderedPrompt",
-    "SpecialSpan",
-    "StopReport",
-    "compare_prompts",
-    "encode_prompt",
-    "load_conversations",
-    "load_tools",
-    "parse_escapes",
-    "probe_model",
-    "read_corpus",
-    "render_prompt",
-    "select_template",
-    "special_token_map",
-    "template_stop_candidates",
-]

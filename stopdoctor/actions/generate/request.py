@@ -1,0 +1,172 @@
+"""What a generation is asked: the prompt (through the chat template, or raw), the stop set
+(a runtime's own rule, or ids and strings given by hand), the sampling and the token budget —
+one `GenerateRequest`, which the result carries. Also what every engine shares: the `Engine`
+interface, and how a stop id that ended generation is named (`stop_cause`).
+
+Imports: core, facts, template (the prompt is rendered in the sandbox), runtimes (stop sets),
+analysis (Analysis, the generation data classes). Never torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.analysis.diagnose import Generation, StopCause
+from stopdoctor.core.errors import InputError
+from stopdoctor.core.types import Location
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
+from stopdoctor.template.render import render_chat
+
+USER_STOP = Location("--stop-id")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy when temperature is 0 (the default), as every runtime's temperature=0 is."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    ids: tuple[int, ...]
+    templated: bool
+    messages: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class StopSet:
+    """What generation stops on. `source` names whose set the ids are ("transformers", "vllm",
+    "llama.cpp", "--stop-id", ...), `rule` how that set was chosen."""
+
+    ids: tuple[StopId, ...]
+    strings: tuple[str, ...]
+    source: str
+    rule: str
+
+    @property
+    def id_list(self) -> list[int]:
+        return sorted({s.id for s in self.ids})
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation as asked: what the result of `run_generate` says it was given."""
+
+    prompt: Prompt
+    stops: StopSet
+    max_new_tokens: int
+    sampling: Sampling = Sampling()
+
+
+class Engine(Protocol):
+    """What runs a request: the local transformers loop (`local.LocalEngine`) or an
+    OpenAI-compatible server (`server.ServerEngine`)."""
+
+    name: str
+    device: str
+
+    def generate(self, prompt: Prompt, stops: StopSet, max_new_tokens: int,
+                 sampling: Sampling = Sampling()) -> Generation: ...
+
+
+def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], stop_strings: list[str]) -> StopSet:
+    """`stops` is "model" (the model's own runtime), "runtime:NAME", "none", or None (model,
+    unless --stop-id gives the ids). --stop-id ids are added to an explicit --stops set."""
+    facts = analysis.facts
+    if any(not s for s in stop_strings):
+        raise InputError("--stop must not be empty", hint="an empty stop string would match before the first character")
+    chosen: list[StopId] = []
+    sources: list[str] = []
+    rules: list[str] = []
+    spec = stops if stops is not None else (None if stop_ids else "model")
+    if spec is not None:
+        name = spec.strip()
+        if name == "model":
+            name = primary_runtime(facts)
+        elif name.startswith("runtime:"):
+            name = name.split(":", 1)[1]
+        elif name != "none":
+            raise InputError(f"--stops {spec!r}: not understood",
+                             hint=f"use model, none, or runtime:NAME with NAME one of {', '.join(RUNTIMES)}")
+        if name != "none":
+            if name not in RUNTIMES:
+                raise InputError(f"--stops: unknown runtime {name!r}", hint=f"one of {', '.join(RUNTIMES)}")
+            runtime = analysis.runtime(name)
+            chosen.extend(runtime.stops)
+            sources.append(name)
+            rules.append(runtime.rule)
+    size = facts.vocab.size
+    for token_id in stop_ids:
+        if token_id < 0 or (size is not None and facts.vocab.complete and token_id >= size):
+            raise InputError(f"--stop-id {token_id}: not an id of this vocabulary (size {size})")
+        chosen.append(StopId(token_id, facts.vocab.text_of(token_id), USER_STOP))
+    if stop_ids:
+        sources.append("--stop-id")
+        rules.append("ids given with --stop-id")
+    return StopSet(tuple(dedupe(chosen)), tuple(dict.fromkeys(stop_strings)), " + ".join(sources) or "none",
+                   "; ".join(rules) or "no stop ids")
+
+
+def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, prompt: str | None = None,
+                 raw: bool = False) -> Prompt:
+    """Templated (the default): messages through the model's chat template with the generation
+    prompt, encoded without adding special tokens (the template writes them), as
+    apply_chat_template does. Raw: the text as a completion endpoint takes it, with BOS added when
+    the model's files ask for it."""
+    tokenizer = facts.vocab.tokenizer()
+    if raw:
+        if prompt is None:
+            raise InputError("--raw needs --prompt TEXT", hint="messages always go through the chat template")
+        ids = list(tokenizer.encode(prompt, add_special_tokens=True).ids)
+        bos = next((d.id for d in facts.declared_for("bos") if d.id is not None), None)
+        if facts.add_bos is not None and facts.add_bos.value and bos is not None and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return Prompt(prompt, tuple(ids), False)
+    if messages is None:
+        if prompt is None:
+            raise InputError("nothing to generate from", hint='give -m user "text", --messages FILE, or --prompt TEXT')
+        messages = [{"role": "user", "content": prompt}]
+    template = facts.template
+    if template is None:
+        raise InputError("this model has no chat template, so messages cannot be rendered",
+                         hint="use --prompt TEXT --raw for a plain completion")
+    text = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=facts.special_token_texts())
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    return Prompt(text, tuple(ids), True, tuple(messages))
+
+
+def read_messages(path: Path) -> list[dict]:
+    """A JSON list of {role, content} messages (or {"messages": [...]})."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
+    if isinstance(data, dict):
+        data = data.get("messages")
+    if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in data):
+        raise InputError(f"{path}: expected a JSON list of messages with a role", hint='[{"role": "user", "content": "Hi"}]')
+    return data
+
+
+def stop_cause(stop: StopId, facts: ModelFacts, step: int) -> StopCause:
+    """Why generation ended when it stopped on `stop` at `step`: "eos" when the model's files
+    declare it the eos (not an id given with --stop-id), else "stop_id"."""
+    eos_ids = {d.id for d in facts.declared_for("eos")}
+    kind = "eos" if stop.location != USER_STOP and stop.id in eos_ids else "stop_id"
+    return StopCause(kind, stop.id, stop.text if stop.text is not None else facts.vocab.text_of(stop.id),
+                     stop.location, step=step)

@@ -1,0 +1,158 @@
+"""The server engine: any OpenAI-compatible endpoint (vLLM, TGI, llama.cpp server, Ollama,
+`transformers serve`, SGLang) asked through urllib, keeping what the server returned. A server
+gives no token ids: the cause of a stop is what it reports (`finish_reason`, `stop_reason`,
+`matched_stop`), and the token count is its `usage`.
+
+Imports: core, facts, analysis (the generation data classes), actions.generate.request. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stopdoctor.analysis.diagnose import FINISH_LENGTH, FINISH_STOP, Generation, StopCause
+from stopdoctor.core.errors import InputError
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
+
+
+def _first_choice(reply: Any) -> dict:
+    """choices[0] of an OpenAI-style reply, or a one-line error naming what is missing."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise InputError("the server's reply has no choices[0] object (not an OpenAI-compatible answer)")
+    return choices[0]
+
+
+@dataclass
+class ServerEngine:
+    url: str
+    route: str | None = None  # chat | completions; None: chat for templated prompts
+    model_name: str | None = None
+    timeout: float = 300.0
+    facts: ModelFacts | None = None
+    name: str = "server"
+    device: str = "server"
+
+    def _base(self) -> str:
+        base = self.url.rstrip("/")
+        return base if base.endswith("/v1") else base + "/v1"
+
+    def _request(self, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self._base() + path, data=data,
+                                         headers={"Content-Type": "application/json"} if data else {})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode("utf-8", "replace")[:500]
+            raise ServerRejected(error.code, detail) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            reason = getattr(error, "reason", error)
+            raise InputError(f"{self.url}: cannot reach the server: {reason}",
+                             hint="check --server (e.g. http://127.0.0.1:8000) and that the server is up") from None
+        except json.JSONDecodeError:
+            raise InputError(f"{self.url}{path}: the server did not answer with JSON") from None
+        except ValueError as error:  # urllib: a URL it cannot use
+            raise InputError(f"{self.url}: {error}") from None
+
+    def pick_model(self, spec: str, root: Path | None) -> str:
+        """The model name to send: --server-model, else the served model matching MODEL, else the only one."""
+        if self.model_name:
+            return self.model_name
+        try:
+            served = [m.get("id") for m in self._request("/models").get("data", []) if isinstance(m, dict)]
+        except (ServerRejected, InputError):
+            served = []
+        wanted = {spec, str(root) if root else spec, Path(spec).name}
+        match = next((m for m in served if m in wanted), None)
+        self.model_name = match or (served[0] if len(served) == 1 else spec)
+        return self.model_name
+
+    def generate(self, prompt: Prompt, stops: StopSet, max_new_tokens: int, sampling: Sampling = Sampling()) -> Generation:
+        route = self.route or ("chat" if prompt.templated else "completions")
+        body: dict[str, Any] = {"model": self.model_name, "max_tokens": max_new_tokens,
+                                "temperature": sampling.temperature}
+        if sampling.top_p < 1.0:
+            body["top_p"] = sampling.top_p
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if stops.strings:
+            body["stop"] = list(stops.strings)
+        if stops.ids:
+            body["stop_token_ids"] = stops.id_list  # a vLLM extension; others may reject it
+        if route == "chat":
+            body["messages"] = list(prompt.messages) or [{"role": "user", "content": prompt.text}]
+            path = "/chat/completions"
+        elif route == "completions":
+            body["prompt"] = prompt.text  # already templated when it came from messages
+            path = "/completions"
+        else:
+            raise InputError(f"--route {route!r}: use chat or completions")
+        rejected: list[str] = []
+        try:
+            reply = self._request(path, body)
+        except ServerRejected as error:
+            if "stop_token_ids" not in body or "stop_token_ids" not in error.detail:
+                raise InputError(f"the server refused the request (HTTP {error.code}): {error.detail}") from None
+            # Servers other than vLLM reject unknown fields; say so rather than fail.
+            del body["stop_token_ids"]
+            rejected.append("stop_token_ids")
+            try:
+                reply = self._request(path, body)
+            except ServerRejected as again:
+                raise InputError(f"the server refused the request (HTTP {again.code}): {again.detail}") from None
+        choice = _first_choice(reply)
+        if route == "chat":
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+        else:
+            text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"{self.url}{path}: the server's reply has no text in choices[0]")
+        text = text or ""
+        finish = choice.get("finish_reason")
+        stop_reason = choice.get("stop_reason", choice.get("matched_stop"))
+        cause = _server_cause(finish, stop_reason, stops, self.facts)
+        server = {
+            "url": self.url, "route": route, "model": self.model_name,
+            "finish_reason": finish, "stop_reason": stop_reason, "usage": reply.get("usage"),
+            "sent": {k: body[k] for k in ("stop", "stop_token_ids") if k in body},
+            "rejected_fields": rejected,
+        }
+        usage = reply.get("usage") or {}
+        return Generation(finish if finish in (FINISH_STOP, FINISH_LENGTH) else cause.finish_reason, cause, text, (),
+                          prompt.text, usage.get("prompt_tokens"), server)
+
+
+class ServerRejected(Exception):
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"HTTP {code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFacts | None) -> StopCause:
+    if finish == FINISH_LENGTH:
+        return StopCause("length")
+    if isinstance(stop_reason, str):
+        return StopCause("stop_string", text=stop_reason, stop_string=stop_reason)
+    if isinstance(stop_reason, int):
+        stop = next((s for s in stops.ids if s.id == stop_reason), None)
+        if stop is not None and facts is not None:
+            return stop_cause(stop, facts, step=-1)
+        return StopCause("stop_id", id=stop_reason, text=facts.vocab.text_of(stop_reason) if facts else None)
+    # No reason given (vLLM for the eos; TGI, llama.cpp and transformers serve always): name the
+    # cause only when one candidate could have ended it. A stop string is never called "eos".
+    if not stops.strings and len(stops.ids) == 1 and facts is not None:
+        return stop_cause(stops.ids[0], facts, step=-1)
+    if not stops.strings and not stops.ids:
+        return StopCause("eos")  # only the server's own eos could have ended it
+    candidates = [f"{s.text or s.id} (id {s.id})" for s in stops.ids] + [json.dumps(t, ensure_ascii=False) for t in stops.strings]
+    return StopCause("unreported", text=", ".join(candidates))

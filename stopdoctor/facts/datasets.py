@@ -1,0 +1,122 @@
+"""Training datasets read as the SFT stacks read them: JSONL rows of chat `messages`,
+`prompt`/`completion` (strings or message lists), or plain `text`.
+
+`iter_examples` reads one row at a time (a dataset need not fit in memory), `count_examples` counts
+rows without parsing them (a progress bar's total); a bad row is one InputError naming its line.
+
+Imports: the standard library, `stopdoctor.core.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stopdoctor.core.errors import InputError
+
+
+@dataclass(frozen=True)
+class Example:
+    """One row of a dataset, and which of the three row kinds it is."""
+
+    index: int  # 0-based row number among the non-blank lines
+    line: int  # 1-based line in the file
+    kind: str  # "messages" | "prompt-completion" | "text"
+    row: dict
+
+    @property
+    def conversational(self) -> bool:
+        """Rendered through the chat template: messages, or prompt and completion as message lists."""
+        return self.kind == "messages" or (self.kind == "prompt-completion" and isinstance(self.row["prompt"], list))
+
+
+def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
+    """JSONL rows with `messages` (chat), `prompt`/`completion` (strings or message lists), or `text`."""
+    examples = list(iter_examples(path, limit))
+    if not examples:
+        raise InputError(f"{Path(path).name}: holds no example")
+    return examples
+
+
+def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Example]:
+    """`load_examples` one row at a time, so that a dataset's rows need not fit in memory. A bad
+    row is an error when it is reached."""
+    return _rows(_data_file(path), limit)
+
+
+def _data_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
+    return path
+
+
+def _rows(path: Path, limit: int | None) -> Iterator[Example]:
+    count = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if limit is not None and count >= limit:
+                break
+            if not raw.strip():
+                continue
+            row = _parse_row(raw, number, path.name)
+            yield Example(count, number, _kind(row, f"{path.name} line {number}"), row)
+            count += 1
+
+
+def _parse_row(raw: bytes, number: int, name: str) -> Any:
+    """One JSONL line; every way it can fail is one InputError naming the line."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: line {number} is not UTF-8 text (byte {exc.start})",
+                         "the data must be UTF-8 JSONL, as the datasets library writes it") from exc
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}: line {number} is not JSON: {exc.msg}",
+                         "the data must be JSONL: one JSON object a line") from exc
+    except RecursionError as exc:
+        raise InputError(f"{name}: line {number} holds JSON nested too deeply") from exc
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise InputError(f"{name}: line {number} holds an integer of more than "
+                         f"{sys.get_int_max_str_digits()} digits") from exc
+
+
+def count_examples(path: str | Path, limit: int | None = None) -> int:
+    """The number of non-blank lines (the examples `iter_examples` yields when every line is
+    valid): the total a progress bar counts towards, read without parsing."""
+    count = 0
+    with _data_file(path).open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+    return count
+
+
+def _kind(row: Any, where: str) -> str:
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: an example must be a JSON object", None)
+    if "messages" in row:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise InputError(f"{where}: \"messages\" must be a non-empty list of {{role, content}} objects", None)
+        return "messages"
+    if "prompt" in row and "completion" in row:
+        prompt, completion = row["prompt"], row["completion"]
+        if isinstance(prompt, str) and isinstance(completion, str):
+            return "prompt-completion"
+        if isinstance(prompt, list) and isinstance(completion, list):
+            return "prompt-completion"
+        raise InputError(f"{where}: \"prompt\" and \"completion\" must both be strings or both message lists", None)
+    if isinstance(row.get("text"), str):
+        return "text"
+    raise InputError(f"{where}: no \"messages\", \"prompt\"/\"completion\" or \"text\" field",
+                     "rows need messages (chat), prompt and completion, or text; ShareGPT "
+                     "\"conversations\" must be converted to messages first")
