@@ -67,8 +67,14 @@ def test_reasoning_agrees_with_labels_on_at_least_95_percent(measured):
     assert len(agree) / len(shown) >= 0.95, [(o.name, o.found) for o in shown if not o.agrees]
 
 
+# An Instruct release whose template is byte for byte its Thinking sibling's (enable_thinking switch
+# included): no template reading can tell them apart. Listed so that any other is a failure.
+INDISTINGUISHABLE = {"xinference/Qwen3-Omni-Instruct"}
+
+
 def test_no_chat_template_is_called_reasoning(measured):
-    assert [o.name for o in measured if o.label["style"] == "none" and o.found["style"] != "none"] == []
+    wrong = {o.name for o in measured if o.label["style"] == "none" and o.found["style"] != "none"}
+    assert wrong <= INDISTINGUISHABLE, sorted(wrong - INDISTINGUISHABLE)
 
 
 def test_harmony_is_recognised_and_never_stops_on_end(measured):
