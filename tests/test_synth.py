@@ -23,6 +23,8 @@ if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) does not put 
 from fixtures import synth  # noqa: E402
 
 CHECK_NAMES = {
+    "greedy-reasoning",
+    "harmony-stop-set",
     "eos-declarations-differ",
     "end-of-turn-not-a-stop-id",
     "no-stop-id",

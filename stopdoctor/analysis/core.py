@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
+from stopdoctor.core.errors import TemplateError
+from stopdoctor.template.limits import TemplateLimitError, overall_deadline_passed
+from stopdoctor.template.reasoning import NONE as NO_REASONING, ReasoningStructure, analyze_reasoning
 from stopdoctor.template.render import TemplateIgnoresMessages
 from stopdoctor.template.turns import TurnStructure, analyze_turns, template_writes_bos
 from stopdoctor.analysis.verdict import Verdict, decide
@@ -47,6 +50,7 @@ class Analysis:
     stops: list[RuntimeStops] = field(default_factory=list)
     verdict: Verdict | None = None
     ignores_messages: bool = False  # the template renders but never writes the messages
+    reasoning: ReasoningStructure = NO_REASONING  # how the template frames a thought (template/reasoning.py)
 
     @property
     def end_of_turn_ids(self) -> set[int]:
@@ -64,6 +68,9 @@ class Analysis:
             return None  # an id the vocabulary cannot name is judged by SD103, not here
         if not text.strip():
             return f"{text!r} is a whitespace-only token"
+        reasoning = self.reasoning.stop_hazard(text)
+        if reasoning is not None:
+            return reasoning
         turns = self.turns
         if turns is None:
             return None
@@ -105,6 +112,16 @@ class Analysis:
             return current
         return current + [i for i in self.primary_stop_ids() if i not in current and self.stop_hazard(i) is None]
 
+    def reasoning_stop_ids(self) -> list[int]:
+        """What a runtime must stop on for a reasoning reply to end: Harmony's `<|return|>` and
+        `<|call|>` (never `<|end|>`, which closes the analysis message); the end of turn otherwise."""
+        if not self.reasoning.is_reasoning:
+            return []
+        if self.reasoning.stop_texts:
+            vocab = self.facts.vocab
+            return [i for t in self.reasoning.stop_texts if (i := vocab.is_single_token(t)) is not None]
+        return self.required_stop_ids()
+
     def runtime(self, name: str) -> RuntimeStops:
         return next(s for s in self.stops if s.runtime == name)
 
@@ -115,6 +132,7 @@ def analyze(facts: ModelFacts) -> Analysis:
     specials = facts.special_token_texts()
     if template is not None:
         known_special = list(facts.vocab.special_tokens)
+        analysis.reasoning = _reasoning(template.source, specials, known_special)
         try:
             analysis.turns = analyze_turns(template.source, specials, known_special)
         except TemplateIgnoresMessages:
@@ -133,6 +151,19 @@ def analyze(facts: ModelFacts) -> Analysis:
     analysis.stops = effective_stops(facts)
     analysis.verdict = decide(facts, analysis.end_of_turn_ids)
     return analysis
+
+
+def _reasoning(source: str, specials: dict, known_special: list[str]) -> ReasoningStructure:
+    """The reasoning structure, or none when the template cannot be probed for it: it refines the
+    turn structure and never stops a run (only the command's overall deadline does)."""
+    try:
+        return analyze_reasoning(source, specials, known_special)
+    except TemplateLimitError:
+        if overall_deadline_passed():
+            raise
+        return NO_REASONING
+    except TemplateError:
+        return NO_REASONING
 
 
 def _map_marker(facts: ModelFacts, text: str, evidence: str, template: str, kind: str) -> EndOfTurn:

@@ -10,6 +10,7 @@ from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Check
 from stopdoctor.core.findings import Severity
 from stopdoctor.reporters.console import capture, text_of
+from stopdoctor.reporters.reasoning_text import reasoning_lines
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -50,6 +51,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         out.print(f"  end of turn  {escape(visible(marker.text))} → ids {list(marker.ids)} ({form})")
     if facts.templates and not analysis.end_of_turn:
         out.print("  end of turn  [red]none: nothing follows assistant content[/]")
+    for i, line in enumerate(reasoning_lines(analysis)):
+        out.print(f"  {'reasoning' if i == 0 else '':<11}{escape(visible(line))}")
     out.print("  stop ids")
     for stops in analysis.stops:
         parts = ", ".join(f"{s.id} {escape(s.text or '?')} [dim]({escape(str(s.location))})[/]" for s in stops.stops) or "[red]none[/]"

@@ -9,6 +9,7 @@ from stopdoctor import __version__
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
+from stopdoctor.reporters.reasoning_text import reasoning_document
 
 SCHEMA_VERSION = 1
 
@@ -68,6 +69,7 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
         "turn_style": analysis.turns.style if analysis.turns is not None else None,
         "end_of_turn_refused": [{"text": e.text, "ids": list(e.ids), "why": why} for e, why in analysis.rejected_end_of_turn],
         "turn_headers": analysis.turn_headers,
+        "reasoning": reasoning_document(analysis),
         "stop_ids": {
             "effective": primary.ids,
             "runtime": primary.runtime,

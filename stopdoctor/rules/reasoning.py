@@ -1,0 +1,239 @@
+"""SD15x and SD45x: reasoning models — stops that end a reply inside its thought, budgets too small
+for thinking and answer together, sampling the card forbids, a serving parser that misreads the thought.
+
+Model rules take the `Analysis` (its `reasoning`, learnt from the template by
+`stopdoctor.template.reasoning`); serving rules a `ServingInput`. Every rule is silent on a model
+whose template shows no thought: precision first.
+Runtime behaviour cited: vLLM `vllm/reasoning/deepseek_r1_reasoning_parser.py` (text before `</think>`
+is reasoning, all of it when none comes), `qwen3_reasoning_parser.py`, `gptoss_reasoning_parser.py`;
+llama.cpp `common/arg.cpp` (`--reasoning-format none|deepseek|auto`, `--reasoning-budget`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.findings import Severity
+from stopdoctor.core.types import Location
+from stopdoctor.facts.card import card_output_tokens
+from stopdoctor.rules.inputs import ServingInput
+from stopdoctor.rules.registry import Check, check
+
+# vLLM reasoning parsers by the framing they read.
+HARMONY_PARSERS = frozenset({"openai_gptoss", "gpt_oss", "gptoss"})
+# Parsers that read everything before `</think>` as reasoning, all of the output when none comes.
+OPEN_ENDED_PARSERS = frozenset({"deepseek_r1"})
+MIN_REASONING_BUDGET = 1024  # below this a thinking model ends inside its thought on most prompts
+
+
+def _harmony_hazards(analysis: Analysis, ids: list[int]) -> list[tuple[int, str]]:
+    return [(i, why) for i in ids if (text := analysis.facts.vocab.text_of(i)) is not None
+            and (why := analysis.reasoning.stop_hazard(text)) is not None]
+
+
+@check("SD150", "harmony-stop-set", Severity.ERROR)
+def harmony_stop_set(analysis: Analysis, self: Check):
+    """A Harmony model (gpt-oss) stops on `<|end|>`/`<|message|>`, or not on `<|return|>`/`<|call|>`.
+
+    What it checks:
+    For a template that writes the reply in Harmony channels, the model's own stop ids
+    (generation_config.json / config.json eos_token_id): none may close the analysis message or
+    frame a message, and the answer's `<|return|>` and the tool call's `<|call|>` must be there.
+
+    Why it matters:
+    `<|end|>` closes the analysis message: stopping on it returns an empty answer after the
+    thinking (vmlx-swift PR #254). `<|message|>`/`<|start|>` stop after about three tokens (ollama
+    #17939). Without `<|call|>` a tool call never ends.
+
+    Example:
+    generation_config.json eos_token_id [200002, 199999, 200007] where 200007 is `<|end|>`.
+
+    Fix:
+    Stop on `<|return|>` and `<|call|>` (and the eos); remove `<|end|>` and the channel tokens.
+    """
+    if analysis.reasoning.style != "harmony":
+        return
+    transformers = analysis.runtime("transformers")
+    where = {s.id: s.location for s in transformers.stops}
+    for token_id, why in _harmony_hazards(analysis, transformers.ids):
+        yield self.finding(f"the model stops on {analysis.facts.vocab.text_of(token_id)} ({token_id}): {why}",
+                           f"remove {token_id} from the stop ids; stop on {', '.join(analysis.reasoning.stop_texts)}",
+                           where.get(token_id), token=token_id)
+    needed = analysis.reasoning_stop_ids()
+    for text, token_id in zip(analysis.reasoning.stop_texts, needed):
+        if token_id not in transformers.ids:
+            severity = Severity.ERROR if token_id == needed[0] else Severity.WARNING
+            what = "the answer never ends" if severity is Severity.ERROR else "a tool call never ends"
+            yield self.finding(f"the model does not stop on {text} ({token_id}): {what}",
+                               f"add {token_id} to eos_token_id in generation_config.json",
+                               Location("generation_config.json", "eos_token_id"), severity, token=token_id)
+
+
+@check("SD151", "greedy-reasoning", Severity.WARNING)
+def greedy_reasoning(analysis: Analysis, self: Check):
+    """A thinking model is set to greedy decoding.
+
+    What it checks:
+    A template that thinks by default, with generation_config.json `do_sample: false` or
+    `temperature: 0`.
+
+    Why it matters:
+    Reasoning model cards (Qwen3, DeepSeek-R1: "DO NOT use greedy decoding, as it can lead to
+    performance degradation and endless repetitions") ask for sampling at about 0.6: greedy
+    thinking loops until the budget runs out (Qwen3 #1427).
+
+    Example:
+    generation_config.json {"do_sample": false} on a Qwen3 model.
+
+    Fix:
+    Sample as the card says (Qwen3 thinking: temperature 0.6, top_p 0.95, top_k 20).
+    """
+    reasoning = analysis.reasoning
+    if not reasoning.is_reasoning or reasoning.default_on is False:
+        return
+    sampling = analysis.facts.sampling
+    do_sample, temperature = sampling.get("do_sample"), sampling.get("temperature")
+    if do_sample is not None and do_sample.value is False:
+        yield self.finding("the model thinks by default but decodes greedily (do_sample false): thinking loops",
+                           "set do_sample true and the card's temperature (about 0.6)", do_sample.location)
+    elif temperature is not None and isinstance(temperature.value, (int, float)) and temperature.value == 0:
+        yield self.finding("the model thinks by default but temperature is 0 (greedy): thinking loops",
+                           "set the card's temperature (about 0.6)", temperature.location)
+
+
+# --- serving ---------------------------------------------------------------------------------
+
+
+def _option(serving, *names: str):
+    return next((serving.options[n] for n in names if n in serving.options), None)
+
+
+@check("SD450", "reasoning-parser-mismatch", Severity.WARNING, input=ServingInput)
+def reasoning_parser_mismatch(subject: ServingInput, self: Check):
+    """The server's reasoning parser does not read the model's thought framing.
+
+    What it checks:
+    vLLM `--reasoning-parser` (or `reasoning_parser` in its YAML) and llama.cpp `--reasoning-format`
+    against the reasoning structure of the model's template: a Harmony parser on a `<think>` model
+    or the reverse; `deepseek_r1` on a model whose thinking can be turned off; a parser on a model
+    that does not think; `--reasoning-format none` on a thinking model.
+
+    Why it matters:
+    vLLM's `deepseek_r1` parser takes everything before `</think>` as reasoning, all of it when no
+    `</think>` comes: on Qwen3 with `enable_thinking=false` every answer lands in
+    `reasoning_content` and `content` is empty (vllm #17327). llama.cpp `--reasoning-format none`
+    leaves the raw thought in `content`.
+
+    Example:
+    vllm serve Qwen/Qwen3-8B --reasoning-parser deepseek_r1
+
+    Fix:
+    Use the parser of the model's framing (`qwen3` for Qwen3's switchable `<think>`,
+    `openai_gptoss` for Harmony), or none for a model that does not think.
+    """
+    analysis, serving = subject.analysis, subject.serving
+    reasoning = analysis.reasoning
+    parser = _option(serving, "--reasoning-parser", "reasoning_parser", "reasoning-parser")
+    if parser is not None and isinstance(parser.value, str) and parser.value:
+        name = parser.value.strip().lower().replace("-", "_")
+        where = serving.location(parser.key)
+        if not reasoning.is_reasoning:
+            yield self.finding(f"--reasoning-parser {name} on a model whose template shows no thought",
+                               "drop --reasoning-parser, or check that this is the model you meant", where, Severity.INFO)
+        elif reasoning.style == "harmony" and name not in HARMONY_PARSERS:
+            yield self.finding(f"--reasoning-parser {name} on a Harmony model: its channels are not <think> tags",
+                               "use --reasoning-parser openai_gptoss", where, Severity.ERROR)
+        elif reasoning.style != "harmony" and name in HARMONY_PARSERS:
+            yield self.finding(f"--reasoning-parser {name} reads Harmony channels; this model writes {reasoning.open}…{reasoning.close}",
+                               "use the parser of the model's <think> framing (qwen3, deepseek_r1…)", where, Severity.ERROR)
+        elif name in OPEN_ENDED_PARSERS and reasoning.can_disable and not reasoning.prefilled:
+            yield self.finding(f"--reasoning-parser {name} reads all output before {reasoning.close} as reasoning; with "
+                               f"{reasoning.can_disable} no {reasoning.close} comes and every answer lands in reasoning_content",
+                               "use --reasoning-parser qwen3 (it reads a reply without the thought as content)", where)
+    fmt = _option(serving, "--reasoning-format")
+    if fmt is not None and str(fmt.value).strip().lower() == "none" and reasoning.is_reasoning and reasoning.default_on is not False:
+        yield self.finding(f"--reasoning-format none on a thinking model: the raw {reasoning.open or 'thought'}…{reasoning.close} "
+                           "stays in content", "drop --reasoning-format none (auto splits reasoning_content out)",
+                           serving.location(fmt.key))
+
+
+@check("SD451", "reasoning-budget-too-small", Severity.WARNING, input=ServingInput)
+def reasoning_budget_too_small(subject: ServingInput, self: Check):
+    """The token budget served to a thinking model cannot hold its thought and its answer.
+
+    What it checks:
+    `max_tokens`/`max_completion_tokens` (request), `-n` (llama.cpp), `num_predict` (Ollama)
+    below the output length the model card recommends (read from its README), or below 1024
+    when the card says none, on a model that thinks by default.
+
+    Why it matters:
+    The budget is shared: thinking spends it first, so the answer ends with `length` inside
+    `<think>` (Qwen3 #1427; SGLang's Engine default of 128 new tokens, sglang PR #27062).
+
+    Example:
+    {"max_tokens": 200} for Qwen3, whose card recommends 32,768 output tokens.
+
+    Fix:
+    Raise the budget to the card's output length, or turn thinking off for short answers.
+    """
+    analysis, serving = subject.analysis, subject.serving
+    reasoning = analysis.reasoning
+    if not reasoning.is_reasoning or reasoning.default_on is False or serving.max_tokens is None:
+        return
+    budget = serving.max_tokens.value
+    if not isinstance(budget, int) or budget <= 0:
+        return
+    card = card_output_tokens(analysis.facts)
+    floor = card.value if card is not None else MIN_REASONING_BUDGET
+    if budget < floor:
+        source = f"the model card recommends {floor:,} output tokens" if card is not None else \
+            f"a thinking model needs at least {MIN_REASONING_BUDGET:,}"
+        fix = f"raise it to {floor:,}" + (f" or turn thinking off ({reasoning.can_disable})" if reasoning.can_disable else "")
+        yield self.finding(f"a budget of {budget:,} tokens is shared by thinking and answer; {source}: answers end "
+                           f"inside {reasoning.open or 'the thought'}", fix, serving.location(serving.max_tokens.key),
+                           budget=budget, recommended=floor)
+
+
+_THOUGHT_TEXT = re.compile(r"^\s*$|^[\s\W]{1,4}$|^\s*[A-Za-z][A-Za-z ]{0,20}:?\s*$")
+
+
+@check("SD452", "stop-inside-thought", Severity.WARNING, input=ServingInput)
+def stop_inside_thought(subject: ServingInput, self: Check):
+    """A stop string or id can fire inside the model's thought.
+
+    What it checks:
+    On a thinking model, serving stop strings that are ordinary text (a blank line, `"\\n\\n"`,
+    a word such as `"Answer:"`), and stop strings or ids that close the thought or frame a
+    Harmony message (`</think>`, `<|end|>`, `<|message|>`).
+
+    Why it matters:
+    Thoughts are long free text: an eval stop `"\\n\\n"` ends the reply inside `<think>`
+    (lm-evaluation-harness PR #3700); a stop on the thought's close returns an empty answer.
+
+    Example:
+    {"stop": ["\\n\\n"]} for DeepSeek-R1.
+
+    Fix:
+    Remove the stop, or apply it to the answer only (after the reasoning parser split it out).
+    """
+    analysis, serving = subject.analysis, subject.serving
+    reasoning = analysis.reasoning
+    if not reasoning.is_reasoning:
+        return
+    for setting in serving.stop:
+        text = setting.value
+        if not isinstance(text, str):
+            continue
+        hazard = reasoning.stop_hazard(text)
+        if hazard is not None:
+            yield self.finding(f"stop string {text!r}: {hazard}", "remove it", serving.location(setting.key), Severity.ERROR)
+        elif _THOUGHT_TEXT.match(text) and reasoning.default_on is not False:
+            yield self.finding(f"stop string {text!r} is ordinary text: it fires inside the thought, before any answer",
+                               "remove it, or apply it to the parsed answer only", serving.location(setting.key))
+    for setting in serving.stop_token_ids:
+        text = analysis.facts.vocab.text_of(setting.value) if isinstance(setting.value, int) else None
+        hazard = reasoning.stop_hazard(text) if text else None
+        if hazard is not None:
+            yield self.finding(f"stop id {setting.value} ({text}): {hazard}", "remove it", serving.location(setting.key),
+                               Severity.ERROR)

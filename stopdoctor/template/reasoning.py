@@ -1,0 +1,393 @@
+"""Reasoning structure: how a chat template frames a model's thought, learnt by rendering sentinel
+conversations with and without the template's own thinking switches, never from a list of families.
+
+What is learnt: the open and close markers of the thought (`<think>`/`</think>`, `<seed:think>`,
+`<|START_THINKING|>`, Gemma's `<|channel>`/`<channel|>`), whether the generation prompt already opens
+the thought, which switch turns thinking off (or on), whether earlier turns' thoughts are dropped, and
+Harmony's channels (gpt-oss: the analysis message closed by `<|end|>`, the answer ending `<|return|>`,
+tool calls ending `<|call|>`).
+
+A template is called reasoning only when its *generation prompt* shows it: the prompt opens the
+thought, or a switch of the template writes an empty or closed thought there, or names the thought's
+tags when enabled, or the assistant's reply is written in channels. A template that merely renders a
+`reasoning_content` field or strips `</think>` from history (Qwen3-2507 Instruct) is `none`: precision
+first, a chat model must never be told it thinks.
+
+Imports: the standard library, `stopdoctor.template.render`, `stopdoctor.core.errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stopdoctor.core.errors import TemplateError
+from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
+from stopdoctor.template.render import render_chat
+
+STYLES = ("think-tags", "harmony", "none")
+
+_U, _U2, _A, _T = "sdReasonUsrOne7q", "sdReasonUsrTwo7q", "sdReasonAnswer7q", "sdReasonThought7q"
+_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_CALL_ARGUMENT = "sdReasonCity7q"
+_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather.",
+                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+# Tag-looking pieces: <|x|>, <｜x｜>, <x>, </x>, <|x>, <x|>, [X], [/X].
+_TAG = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>]{1,40}｜>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]")
+_SWITCH_NAME = re.compile(r"(?<![\w.'\"\[])([A-Za-z_]*(?:think|reason|effort)[A-Za-z_]*)\b")
+_NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinking_end_token", "think_begin_token",
+                           "think_end_token", "reasoning_instructions"})
+_MAX_VARIANTS = 24
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of calling the template: extra variables, and a flag written in the system message."""
+
+    extra: tuple[tuple[str, object], ...] = ()
+    system_flag: str | None = None
+
+    def describe(self) -> str:
+        if self.system_flag is not None:
+            return f"{self.system_flag} in the system message"
+        return ", ".join(f"{k}={_show(v)}" for k, v in self.extra) or "the template's defaults"
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class ReasoningStructure:
+    """What a template writes around a thought; see `analyze_reasoning`. Public JSON names:
+    style, open, close, prefilled, can_disable, history_stripped (stop_ids_needed is mapped from
+    `stop_texts` by the analysis, which knows the vocabulary)."""
+
+    style: str = "none"  # "think-tags" | "harmony" | "none"
+    open: str | None = None  # what opens the thought (`<think>`, Harmony `<|channel|>analysis<|message|>`)
+    close: str | None = None  # what closes it (`</think>`, Harmony `<|end|>`): never an end of turn
+    prefilled: bool = False  # the default generation prompt already opens the thought
+    default_on: bool | None = None  # thinks with the template's defaults (None: not a reasoning template)
+    can_disable: str | None = None  # how to turn thinking off ("enable_thinking=false"), or None
+    enable: str | None = None  # how to turn it on when it is off by default
+    history_stripped: bool | None = None  # earlier turns' thoughts are dropped (None: not seen)
+    answer_open: str | None = None  # Harmony: `<|channel|>final<|message|>`
+    stop_texts: tuple[str, ...] = ()  # Harmony: what generation must stop on (`<|return|>`, `<|call|>`)
+    channel_tokens: tuple[str, ...] = ()  # Harmony: tokens that frame a message (`<|channel|>`, `<|message|>`, `<|start|>`)
+    evidence: tuple[str, ...] = field(default=())
+
+    @property
+    def is_reasoning(self) -> bool:
+        return self.style != "none"
+
+    def stop_hazard(self, text: str) -> str | None:
+        """Why stopping on this token text would cut a reasoning reply short, or None."""
+        if not self.is_reasoning or not text:
+            return None
+        if text == self.close or (self.style == "harmony" and text == self.close):
+            return f"{text} closes the thought: stopping there returns an empty answer"
+        if text in self.channel_tokens:
+            return f"{text} frames a Harmony message: stopping there ends the reply after a few tokens"
+        if text == self.open:
+            return f"{text} opens the thought: stopping there returns nothing"
+        return None
+
+
+NONE = ReasoningStructure()
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class _Probe:
+    """Renders sentinel conversations for one template; any rejection is None (an optional probe)."""
+
+    def __init__(self, source: str, special_tokens: Mapping[str, str] | None, limits: RenderLimits) -> None:
+        self.source, self.special_tokens, self.limits = source, special_tokens, limits
+        self.parts = self.tools = False
+        for parts, tools in ((False, False), (True, False), (False, True), (True, True)):
+            self.parts, self.tools = parts, tools
+            text = self.render([_user(_U), {"role": "assistant", "content": _A}])
+            if text is not None and _U in text and _A in text:
+                return
+        self.parts = self.tools = False
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = False, variant: Variant = Variant()) -> str | None:
+        if variant.system_flag is not None:
+            messages = [{"role": "system", "content": variant.system_flag}, *messages]
+        if self.parts:
+            messages = [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+                        for m in messages]
+        extra: dict[str, object] = dict(variant.extra)
+        for _ in range(3):
+            try:
+                return render_chat(self.source, messages, add_generation_prompt=add_generation_prompt,
+                                   special_tokens=self.special_tokens, limits=self.limits,
+                                   tools=[_TOOL] if self.tools else None, extra=extra or None)
+            except TemplateLimitError:
+                if overall_deadline_passed():
+                    raise
+                return None
+            except TemplateError as exc:
+                missing = re.search(r"'(\w{1,40})' is undefined", exc.message)
+                if missing is None or missing.group(1) in extra or missing.group(1).endswith("_token"):
+                    return None
+                extra[missing.group(1)] = ""
+        return None
+
+    def generation_prompt(self, variant: Variant) -> tuple[str, str] | None:
+        """(the prompt's added text, the whole prompt) under a variant."""
+        plain = self.render([_user(_U)], False, variant)
+        prompted = self.render([_user(_U)], True, variant)
+        if plain is None or prompted is None or not prompted.startswith(plain):
+            return None
+        return prompted[len(plain):], prompted
+
+
+def _user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def _tags(text: str, known: list[str]) -> list[str]:
+    """The tag-looking pieces of a text, known special tokens first (longest first)."""
+    out, i = [], 0
+    while i < len(text):
+        special = next((s for s in known if text.startswith(s, i)), None)
+        if special is not None:
+            out.append(special)
+            i += len(special)
+            continue
+        match = _TAG.match(text, i)
+        if match is not None:
+            out.append(match.group(0))
+            i = match.end()
+        else:
+            i += 1
+    return out
+
+
+def _core(tag: str) -> str:
+    """A tag's name without its brackets, bars, slash and START/END words: `<|END_THINKING|>` → thinking."""
+    name = re.sub(r"[<>\[\]|｜/]", "", tag).lower()
+    return re.sub(r"^(start|begin|end)_?|_?(start|begin|end)$", "", name)
+
+
+def _variants(source: str) -> list[Variant]:
+    """The template's own thinking switches, read from its source: variables whose name speaks of
+    thinking, reasoning or effort, with the values the template compares them to (and true/false),
+    and `/think`-like flags it looks for in the system message."""
+    names = sorted({m.group(1) for m in _SWITCH_NAME.finditer(source)} - _NOT_SWITCHES)
+    variants: list[Variant] = []
+    for name in names:
+        if not re.search(rf"(?<![\w.'\"]){name}\s*(?:is\b|==|!=|\bin\b|%\}}|-%\}}|\)|\band\b|\bor\b|\|)", source) \
+                and not re.search(rf"\bif\s+(?:not\s+)?{name}\b", source):
+            continue  # never tested: not a switch
+        values: list[object] = [True, False]
+        for m in re.finditer(rf"\b{name}\s*(?:==|!=)\s*['\"]([^'\"]{{1,24}})['\"]", source):
+            values.append(m.group(1))
+        for m in re.finditer(rf"\b{name}\s+(?:not\s+)?in\s*\[([^\]]{{1,200}})\]", source):
+            values += re.findall(r"['\"]([^'\"]{1,24})['\"]", m.group(1))
+        for m in re.finditer(rf"\b{name}\s*(?:==|!=)\s*(\d{{1,6}})\b", source):
+            values.append(int(m.group(1)))
+        for value in dict.fromkeys(values):
+            variants.append(Variant(((name, value),)))
+    flags = dict.fromkeys(m.group(1) for m in re.finditer(r"['\"](/\w{0,12}think\w{0,12})['\"]", source))
+    variants += [Variant(system_flag=flag) for flag in flags]
+    return variants[:_MAX_VARIANTS]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def analyze_reasoning(source: str, special_tokens: Mapping[str, str] | None = None,
+                      known_special_texts: Iterable[str] = (), *, limits: RenderLimits = RenderLimits()) -> ReasoningStructure:
+    """Learn how the template frames a thought (see the module doc). `NONE` for a chat template
+    whose prompt never shows one. Raises only on the command's overall render deadline."""
+    known = sorted({t for t in known_special_texts if t} | {str(v) for v in (special_tokens or {}).values() if v},
+                   key=len, reverse=True)
+    probe = _Probe(source, special_tokens, limits)
+    harmony = _harmony(probe, known)
+    if harmony is not None:
+        return harmony
+    return _think_tags(probe, source, known)
+
+
+def _harmony(probe: _Probe, known: list[str]) -> ReasoningStructure | None:
+    """The reply written as messages in channels: `S1 analysis S2 thought CLOSE … S1 final S2 answer`."""
+    for name in _FIELDS:
+        text = probe.render([_user(_U), {"role": "assistant", "content": _A, name: _T}])
+        if text is None or _T not in text or _A not in text or text.find(_T) > text.find(_A):
+            continue
+        before = text[text.rfind(_U):text.find(_T)]
+        between = text[text.find(_T) + len(_T):text.find(_A)]
+        head, tail = _channel_header(before, known), _channel_header(between, known)
+        if head is None or tail is None or head[0] != tail[0] or head[2] != tail[2] or head[1] == tail[1]:
+            continue
+        close_tags = _tags(between, known)
+        if not close_tags:
+            continue
+        close = close_tags[0]
+        after = _tags(text[text.find(_A) + len(_A):], known)
+        stops = [after[0]] if after else []
+        call = _call_close(probe, known)
+        if call is not None and call not in stops:
+            stops.append(call)
+        prompt = probe.generation_prompt(Variant())
+        starts = [t for t in (_tags(prompt[0], known)[:1] if prompt else []) if t not in (head[0], head[2])]
+        history = _history_stripped(probe, name)
+        return ReasoningStructure(
+            "harmony", head[0] + head[1] + head[2], close, prefilled=False, default_on=True, can_disable=None,
+            history_stripped=history, answer_open=tail[0] + tail[1] + tail[2], stop_texts=tuple(stops),
+            channel_tokens=tuple(dict.fromkeys((head[0], head[2], *starts))),
+            evidence=(f"the assistant's {name} is written as {head[0] + head[1] + head[2]}…{close}, its answer as "
+                      f"{tail[0] + tail[1] + tail[2]}…{stops[0] if stops else '?'}",))
+    return None
+
+
+def _channel_header(text: str, known: list[str]) -> tuple[str, str, str] | None:
+    """The trailing `TAG word TAG` of a text (`<|channel|>analysis<|message|>`), or None."""
+    spans = [(m.start(), m.end()) for m in _tag_spans(text, known)]
+    if len(spans) < 2:
+        return None
+    (s1, e1), (s2, e2) = spans[-2], spans[-1]
+    word = text[e1:s2]
+    if e2 != len(text) or not re.fullmatch(r"[A-Za-z]{2,20}", word):
+        return None
+    return text[s1:e1], word, text[s2:e2]
+
+
+def _tag_spans(text: str, known: list[str]) -> list[re.Match]:
+    pattern = re.compile("|".join([*(re.escape(k) for k in known), _TAG.pattern]))
+    return list(pattern.finditer(text))
+
+
+def _call_close(probe: _Probe, known: list[str]) -> str | None:
+    """The tag written right after a final tool call's arguments (Harmony `<|call|>`)."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": _CALL_ARGUMENT}}}
+    text = probe.render([_user(_U), {"role": "assistant", "content": "", "tool_calls": [call]}])
+    if text is None or _CALL_ARGUMENT not in text:
+        return None
+    after = _tags(text[text.rfind(_CALL_ARGUMENT):], known)
+    return after[0] if after else None
+
+
+def _history_stripped(probe: _Probe, name: str | None, open_tag: str | None = None, close: str | None = None) -> bool | None:
+    """Whether an earlier turn's thought is dropped when another user turn follows."""
+    if name is not None:
+        message = {"role": "assistant", "content": _A, name: _T}
+    elif open_tag and close:
+        message = {"role": "assistant", "content": f"{open_tag}\n{_T}\n{close}\n\n{_A}"}
+    else:
+        return None
+    text = probe.render([_user(_U), message, _user(_U2)])
+    if text is None or _A not in text:
+        return None
+    return _T not in text
+
+
+def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStructure:
+    default = probe.generation_prompt(Variant())
+    if default is None:
+        return NONE
+    prompts: dict[Variant, tuple[str, str]] = {Variant(): default}
+    for variant in _variants(source):
+        prompt = probe.generation_prompt(variant)
+        if prompt is not None:
+            prompts[variant] = prompt
+    user_text = probe.render([_user(_U)]) or ""
+    header_tags = set(_tags(user_text[:user_text.find(_U)][-80:], known)) if _U in user_text else set()
+    # Tags the prompts end with, beyond the user turn's own (a header tag is written there too).
+    endings = {v: _last_tag(p[0], known) for v, p in prompts.items()}
+    literal_tags = set(_TAG.findall(source)) | {k for k in known if k in source}
+    added = [_tags(p[1], known) for v, p in prompts.items() if v != Variant() and p[1] != default[1]]
+    added_tags = [t for tags in added for t in tags if t not in default[1]]
+    for open_tag, close in _candidate_pairs([*endings.values(), *added_tags], prompts.values(), literal_tags, known):
+        if open_tag in header_tags:
+            continue  # a turn header's tag, not a thought's
+        state = {v: _state(p[0], open_tag, close, known) for v, p in prompts.items()}
+        mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
+                   and not _names_pair(default[1], open_tag, close)]
+        shown = {s for s in state.values() if s != "plain"}
+        if not shown and not mention:
+            continue
+        field_name, thought = _thought_field(probe, open_tag, close)
+        stripped_history = _history_stripped(probe, field_name, open_tag, close)
+        if not thought and not stripped_history and not ("empty" in shown or "closed" in shown and "open" in shown) \
+                and not mention:
+            continue  # the pair is never shown around a thought: not a thought's tags
+        base = state[Variant()]
+        default_on = base in ("open", "plain")
+        off = next((v for v, s in state.items() if s in ("closed", "empty") and v != Variant()), None)
+        on = next((v for v, s in state.items() if s in ("open", "plain") and v != Variant()
+                   and v.extra and v.extra[0][1] is not False), None) if not default_on else None
+        if not default_on and on is None and mention:
+            on = mention[0]
+        evidence = [f"with {v.describe()} the generation prompt ends {p[0][-60:]!r}" for v, p in prompts.items()
+                    if state[v] != "plain"][:3]
+        if mention:
+            evidence.append(f"with {mention[0].describe()} the template names {open_tag}…{close}")
+        return ReasoningStructure(
+            "think-tags", open_tag, close, prefilled=base == "open", default_on=default_on,
+            can_disable=off.describe() if default_on and off is not None else None,
+            enable=on.describe() if on is not None else None, history_stripped=stripped_history,
+            evidence=tuple(evidence))
+    return NONE
+
+
+def _last_tag(text: str, known: list[str]) -> str | None:
+    tags = _tags(text, known)
+    return tags[-1] if tags and text.rstrip().endswith(tags[-1]) else None
+
+
+def _candidate_pairs(endings: Iterable[str | None], prompts: Iterable[tuple[str, str]], literals: set[str],
+                     known: list[str]) -> list[tuple[str, str]]:
+    """(open, close) pairs: an opening tag a prompt writes, and its closing form, written by a
+    prompt or found as a literal of the template. Tags the prompts end with come first."""
+    seen = [t for t in endings if t is not None]
+    for prompt, _ in prompts:
+        seen += _tags(prompt, known)
+    seen = list(dict.fromkeys(seen))
+    closers = sorted(set(seen) | literals)
+    return [(a, b) for a in seen for b in closers if _pairs(a, b)]
+
+
+def _is_closing(tag: str) -> bool:
+    return tag.startswith(("</", "[/")) or (tag.endswith("|>") and not tag.startswith("<|")) \
+        or re.search(r"(^|[<|｜_\[])end", tag, re.I) is not None
+
+
+def _pairs(open_tag: str, close_tag: str) -> bool:
+    return open_tag != close_tag and bool(_core(open_tag)) and _core(open_tag) == _core(close_tag) \
+        and _is_closing(close_tag) and not _is_closing(open_tag)
+
+
+def _state(prompt: str, open_tag: str, close: str, known: list[str]) -> str:
+    """What a generation prompt does with the thought: 'open' (ends inside it), 'empty' or 'closed'
+    (writes it closed), 'plain' (neither)."""
+    body = prompt.rstrip()
+    if body.endswith(close):
+        at = body.rfind(open_tag)
+        return "empty" if at >= 0 and re.fullmatch(r"\s*\w{0,20}\s*", body[at + len(open_tag):-len(close)]) else "closed"
+    if body.endswith(open_tag):
+        return "open"
+    at = body.rfind(open_tag)
+    if at >= 0 and close not in body[at:] and not _tags(body[at + len(open_tag):], known):
+        return "open"  # <think>\n\n: opened, with whitespace only after it
+    return "plain"
+
+
+def _names_pair(text: str, open_tag: str, close: str) -> bool:
+    at = text.find(open_tag)
+    return at >= 0 and close in text[at:]
+
+
+def _thought_field(probe: _Probe, open_tag: str, close: str) -> tuple[str | None, bool]:
+    """The message field whose text the template writes between the tags, if any."""
+    for name in _FIELDS:
+        text = probe.render([_user(_U), {"role": "assistant", "content": _A, name: _T}])
+        if text is not None and _T in text:
+            at = text.find(_T)
+            if open_tag in text[:at] and close in text[at:]:
+                return name, True
+    return None, False

@@ -1,0 +1,140 @@
+"""The reasoning structure (template/reasoning.py), its inspect block, and the SD15x/SD45x rules, on
+synthetic reasoning folders (fixtures/reasoning.py) whose templates are written here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures.reasoning import HARMONY, HYBRID, PREFILLED, build_reasoning
+from fixtures.synth import _template_chatml, build_family
+from stopdoctor.api import inspect_model, inspect_report, serving_findings
+from stopdoctor.facts.serving import load_serving
+from stopdoctor.reporters.human import render_inspect_human
+from stopdoctor.reporters.inspect_json import render_inspect_json
+from stopdoctor.template.reasoning import analyze_reasoning
+
+SPECIALS = {"eos_token": "<|im_end|>"}
+
+
+def test_hybrid_template_thinks_unless_switched_off():
+    r = analyze_reasoning(HYBRID, SPECIALS)
+    assert (r.style, r.open, r.close, r.prefilled) == ("think-tags", "<think>", "</think>", False)
+    assert r.can_disable == "enable_thinking=false" and r.history_stripped is True and r.default_on is True
+
+
+def test_prefilled_prompt_is_seen():
+    r = analyze_reasoning(PREFILLED, SPECIALS)
+    assert (r.style, r.open, r.close, r.prefilled, r.can_disable) == ("think-tags", "<think>", "</think>", True, None)
+
+
+def test_harmony_channels_and_stops():
+    r = analyze_reasoning(HARMONY, {"eos_token": "<|return|>"})
+    assert (r.style, r.open, r.close) == ("harmony", "<|channel|>analysis<|message|>", "<|end|>")
+    assert r.answer_open == "<|channel|>final<|message|>" and r.stop_texts == ("<|return|>", "<|call|>")
+    for token in ("<|end|>", "<|message|>", "<|channel|>", "<|start|>"):
+        assert r.stop_hazard(token) is not None, token
+    assert r.stop_hazard("<|return|>") is None and r.stop_hazard("<|call|>") is None
+
+
+@pytest.mark.parametrize("source", [
+    _template_chatml(),
+    # renders a thought when given one and strips it from history, but never prompts one (Qwen3-2507 Instruct)
+    HYBRID.replace("{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}", ""),
+    # merely mentions tags in a system prompt
+    "{{ 'Answer in <answer></answer> tags.' }}" + _template_chatml(),
+])
+def test_chat_templates_are_not_reasoning(source):
+    assert analyze_reasoning(source, SPECIALS).style == "none"
+
+
+def test_inspect_shows_the_reasoning_block(tmp_path):
+    result = inspect_model(str(build_reasoning("hybrid", tmp_path / "m")))
+    document = json.loads(render_inspect_json(result))["reasoning"]
+    assert {k: document[k] for k in ("style", "open", "close", "prefilled", "can_disable", "history_stripped")} == {
+        "style": "think-tags", "open": "<think>", "close": "</think>", "prefilled": False,
+        "can_disable": "enable_thinking=false", "history_stripped": True}
+    assert document["stop_ids_needed"] == result.analysis.required_stop_ids()
+    text = render_inspect_human(result)
+    assert "reasoning  style think-tags" in text and "turned off with enable_thinking=false" in text
+    assert inspect_report(result).exit_code() == 0
+
+
+def test_chat_model_says_none(tmp_path):
+    result = inspect_model(str(build_family("chatml", tmp_path / "m")))
+    assert json.loads(render_inspect_json(result))["reasoning"]["style"] == "none"
+    assert "reasoning" not in render_inspect_human(result)
+
+
+def test_harmony_model_never_gets_end_as_a_stop(tmp_path):
+    result = inspect_model(str(build_reasoning("harmony", tmp_path / "m")))
+    analysis = result.analysis
+    end = analysis.facts.vocab.is_single_token("<|end|>")
+    assert end not in analysis.required_stop_ids() and end not in analysis.suggested_stop_ids([])
+    assert analysis.stop_hazard(end) is not None
+    assert [analysis.facts.vocab.text_of(i) for i in analysis.reasoning_stop_ids()] == ["<|return|>", "<|call|>"]
+    assert not [f for f in result.findings if f.code == "SD150"]
+
+
+def test_sd150_harmony_stop_set(tmp_path):
+    result = inspect_model(str(build_reasoning("harmony", tmp_path / "m", gen_eos=("<|return|>", "<|end|>"),
+                                               config_eos=("<|return|>", "<|end|>"))))
+    found = [f for f in result.findings if f.code == "SD150"]
+    assert any("<|end|>" in f.message and f.severity.label == "error" for f in found)
+    assert any("<|call|>" in f.message for f in found)
+
+
+def test_sd151_greedy_on_a_thinking_model(tmp_path):
+    bad = inspect_model(str(build_reasoning("hybrid", tmp_path / "bad", sampling={"do_sample": False})))
+    assert [f.code for f in bad.findings] == ["SD151"]
+    assert bad.findings[0].location.file == "generation_config.json"
+    ok = inspect_model(str(build_reasoning("hybrid", tmp_path / "ok")))
+    assert "SD151" not in {f.code for f in ok.findings}
+    chat = inspect_model(str(build_family("chatml", tmp_path / "chat", sampling={"do_sample": False})))
+    assert "SD151" not in {f.code for f in chat.findings}
+
+
+def _serving(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return load_serving(path)
+
+
+def test_sd450_deepseek_parser_on_a_switchable_model(tmp_path):
+    analysis = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
+    bad = serving_findings(analysis, _serving(tmp_path, "serve.sh", "vllm serve m --reasoning-parser deepseek_r1\n"))
+    assert [f.code for f in bad] == ["SD450"] and "reasoning_content" in bad[0].message
+    assert bad[0].location.key == "--reasoning-parser"
+    assert not serving_findings(analysis, _serving(tmp_path, "ok.sh", "vllm serve m --reasoning-parser qwen3\n"))
+    prefilled = inspect_model(str(build_reasoning("prefilled", tmp_path / "p"))).analysis
+    assert not serving_findings(prefilled, _serving(tmp_path, "p.sh", "vllm serve m --reasoning-parser deepseek_r1\n"))
+
+
+def test_sd450_harmony_parser_mismatch_and_reasoning_format_none(tmp_path):
+    harmony = inspect_model(str(build_reasoning("harmony", tmp_path / "h"))).analysis
+    bad = serving_findings(harmony, _serving(tmp_path, "h.sh", "vllm serve m --reasoning-parser deepseek_r1\n"))
+    assert [(f.code, f.severity.label) for f in bad] == [("SD450", "error")]
+    assert not serving_findings(harmony, _serving(tmp_path, "hok.sh", "vllm serve m --reasoning-parser openai_gptoss\n"))
+    hybrid = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
+    raw = serving_findings(hybrid, _serving(tmp_path, "l.sh", "llama-server -m m.gguf --jinja --reasoning-format none\n"))
+    assert [f.code for f in raw] == ["SD450"]
+
+
+def test_sd451_budget_below_the_card(tmp_path):
+    folder = build_reasoning("hybrid", tmp_path / "m")
+    (folder / "README.md").write_text("# Model\n\nWe recommend an output length of 32,768 tokens for most queries.\n")
+    analysis = inspect_model(str(folder)).analysis
+    bad = serving_findings(analysis, _serving(tmp_path, "r.json", '{"model": "m", "max_tokens": 200}'))
+    assert [f.code for f in bad] == ["SD451"] and "32,768" in bad[0].message
+    assert not serving_findings(analysis, _serving(tmp_path, "ok.json", '{"model": "m", "max_tokens": 32768}'))
+    chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
+    assert not serving_findings(chat, _serving(tmp_path, "c.json", '{"model": "m", "max_tokens": 200}'))
+
+
+def test_sd452_stop_inside_the_thought(tmp_path):
+    analysis = inspect_model(str(build_reasoning("prefilled", tmp_path / "m"))).analysis
+    bad = serving_findings(analysis, _serving(tmp_path, "r.json", '{"model": "m", "stop": ["\\n\\n", "</think>"]}'))
+    assert sorted((f.code, f.severity.label) for f in bad if f.code == "SD452") == [("SD452", "error"), ("SD452", "warning")]
+    chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
+    assert "SD452" not in {f.code for f in serving_findings(chat, _serving(tmp_path, "c.json", '{"model": "m", "stop": ["\\n\\n"]}'))}

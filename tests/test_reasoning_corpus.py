@@ -1,0 +1,106 @@
+"""Reasoning-structure inference measured on real chat templates against hand labels.
+
+The corpus is fixtures/templates.py `corpus()`; the labels tests/data/reasoning_labels.json (made by
+reading each template's source and rendering its generation prompt, before the inference existed).
+A template agrees when style, open, close and prefilled all equal the label. Labels whose template
+shows nothing of the thought (`template_shows: false`: an R1 fine-tune on a plain Qwen2.5 template)
+are counted apart: no template reading can see them, and the tool must then say `none`.
+
+Run `python tests/test_reasoning_corpus.py` for the figures and every miss.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from fixtures import templates  # noqa: E402
+from stopdoctor.template.reasoning import analyze_reasoning  # noqa: E402
+
+LABELS = json.loads((Path(__file__).parent / "data" / "reasoning_labels.json").read_text(encoding="utf-8"))["labels"]
+SPECIALS = {"bos_token": "<|sd_bos|>", "eos_token": "<|sd_eos|>"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    label: dict
+    found: dict
+
+    @property
+    def agrees(self) -> bool:
+        keys = ("style", "open", "close", "prefilled") if self.label["style"] != "none" else ("style",)
+        return all(self.found[k] == self.label[k] for k in keys)
+
+
+def evaluate(name: str, source: str) -> Outcome:
+    found = analyze_reasoning(source, SPECIALS)
+    return Outcome(name, LABELS[name], {"style": found.style, "open": found.open, "close": found.close,
+                                        "prefilled": found.prefilled, "can_disable": found.can_disable,
+                                        "history_stripped": found.history_stripped})
+
+
+def outcomes() -> list[Outcome]:
+    corpus = templates.corpus()
+    return [evaluate(name, corpus[name]) for name in sorted(LABELS) if name in corpus]
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[Outcome]:
+    found = outcomes()
+    if len(found) < 100:
+        pytest.skip("the template corpus is not fetched (python fixtures/templates.py)")
+    return found
+
+
+def test_reasoning_agrees_with_labels_on_at_least_95_percent(measured):
+    shown = [o for o in measured if o.label["template_shows"] or o.label["style"] == "none"]
+    agree = [o for o in shown if o.agrees]
+    assert len(agree) / len(shown) >= 0.95, [(o.name, o.found) for o in shown if not o.agrees]
+
+
+# An Instruct release whose template is byte for byte its Thinking sibling's (enable_thinking switch
+# included): no template reading can tell them apart. Listed so that any other is a failure.
+INDISTINGUISHABLE = {"xinference/Qwen3-Omni-Instruct"}
+
+
+def test_no_chat_template_is_called_reasoning(measured):
+    wrong = {o.name for o in measured if o.label["style"] == "none" and o.found["style"] != "none"}
+    assert wrong <= INDISTINGUISHABLE, sorted(wrong - INDISTINGUISHABLE)
+
+
+def test_harmony_is_recognised_and_never_stops_on_end(measured):
+    harmony = [o for o in measured if o.label["style"] == "harmony"]
+    assert harmony and all(o.found["style"] == "harmony" and o.found["close"] == "<|end|>" for o in harmony)
+
+
+def main() -> int:
+    found = outcomes()
+    shown = [o for o in found if o.label["template_shows"] or o.label["style"] == "none"]
+    hidden = [o for o in found if not o.label["template_shows"] and o.label["style"] != "none"]
+    controls = [o for o in found if o.label["style"] == "none"]
+    reasoning = [o for o in shown if o.label["style"] != "none"]
+    print(f"templates: {len(found)} labelled; {len(reasoning)} reasoning templates that show it, {len(controls)} controls, "
+          f"{len(hidden)} reasoning models whose template shows nothing")
+    print(f"agreement (style/open/close/prefilled): {sum(o.agrees for o in shown)}/{len(shown)} "
+          f"= {sum(o.agrees for o in shown) / max(len(shown), 1):.1%}")
+    print(f"  reasoning templates: {sum(o.agrees for o in reasoning)}/{len(reasoning)}; "
+          f"controls called none: {sum(o.agrees for o in controls)}/{len(controls)}; "
+          f"hidden ones called none: {sum(o.found['style'] == 'none' for o in hidden)}/{len(hidden)}")
+    for o in shown:
+        if not o.agrees:
+            label = {k: o.label[k] for k in ("style", "open", "close", "prefilled")}
+            print(f"MISS {o.name}\n   label {label}\n   found {o.found}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
