@@ -2,7 +2,7 @@
 the settings' select/ignore and severities, and return one `Report`. A model that cannot be loaded
 is recorded with its error and the others still run. No printing, no exiting.
 
-Imports: api, config, core; actions.generate lazily (only for --live, which needs torch).
+Imports: api, config, core, facts, rules, template (the render deadline); actions.generate lazily (only for --live, which needs torch).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from stopdoctor.core.types import KINDS, Expectation
 from stopdoctor.facts.serving import ServingConfig, load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput
 from stopdoctor.rules.runner import REGISTRY
+from stopdoctor.template.sandbox import render_deadline
 
 
 def rules_run(settings: Settings, serving: bool, expectation: bool) -> tuple[str, ...]:
@@ -39,7 +40,10 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
     for entry in settings.models:
         serving_files = tuple(dict.fromkeys(p.resolve() for p in (*settings.serving, *entry.serving)))
         try:
-            result = api.inspect_model(entry.spec, entry.revision)
+            # Each model its own render time limit: the command's limit would also count the
+            # earlier models' reading, loading and generating, so the 4th of 4 healthy models failed.
+            with render_deadline(own=True):
+                result = api.inspect_model(entry.spec, entry.revision)
         except StopdoctorError as error:
             subjects.append(Subject(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
             continue
@@ -50,7 +54,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
         probe = None
         if live:
             try:
-                probe = live_probe(result)
+                with render_deadline(own=True):
+                    probe = live_probe(result)
                 findings.extend(live_findings(result, entry.expectation, probe))
             except StopdoctorError as error:
                 subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
@@ -60,7 +65,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
             try:
                 if path not in serving_cache:
                     serving_cache[path] = load_serving(path)
-                findings.extend(api.serving_findings(result.analysis, serving_cache[path]))
+                with render_deadline(own=True):
+                    findings.extend(api.serving_findings(result.analysis, serving_cache[path]))
             except StopdoctorError as error:
                 subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
                                         serving=serving_files, error=error, failed_target=str(path), live=probe))

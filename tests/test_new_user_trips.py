@@ -1,0 +1,135 @@
+"""What a new user tripped over (issue #22, section 2): one test per rough edge, each written to
+fail before its fix."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA3 = ROOT / "fixtures" / "examples" / "llama3-eot-missing"
+CHATML = ROOT / "fixtures" / "examples" / "chatml-ok"
+SERVING = ROOT / "fixtures" / "serving"
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for name in ("MODELS", "SERVING", "FAIL_ON", "SELECT", "IGNORE", "SEVERITY", "FORMAT", "CONFIG"):
+        monkeypatch.delenv(f"STOPDOCTOR_{name}", raising=False)
+    return tmp_path
+
+
+# --- check --live: each model its own render deadline -----------------------------------------
+
+
+class _SlowClock:
+    """time as the sandbox sees it, where each live probe (model load + generation) takes 11 s."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_check_live_on_several_models_gives_each_its_own_render_deadline(clean_env, monkeypatch):
+    from stopdoctor import gate
+    from stopdoctor.analysis.diagnose import Generation, StopCause
+    from stopdoctor.actions.generate.run import FragmentProbe, FragmentVerdict
+    from stopdoctor.template import sandbox
+
+    clock = _SlowClock()
+    monkeypatch.setattr(sandbox, "time", clock)
+
+    def slow_probe(result):
+        clock.offset += 11.0  # loading and generating with a model is no template rendering
+        generation = Generation("stop", StopCause("eos", 2, "<|im_end|>"), "Paris.")
+        return FragmentVerdict("instruct", "answered", (FragmentProbe("chat question", "Q", generation, True),))
+
+    monkeypatch.setattr(gate, "require_live", lambda: None)
+    monkeypatch.setattr(gate, "live_probe", slow_probe)
+    specs = [str(CHATML), str(LLAMA3), str(CHATML) + "/", str(LLAMA3) + "/"]
+    result = cli("check", *specs, "--live", "--format", "json")
+    assert "rendering the template took more than" not in result.stderr, result.stderr
+    assert result.code != 2, result.stderr
+    assert all(model["live"] is not None for model in result.json()["models"])
+
+
+# --- one escape rule for stop strings ----------------------------------------------------------
+
+
+def test_generate_reads_stop_string_escapes_as_probe_stop_does(monkeypatch):
+    from stopdoctor.actions.generate import run
+    from stopdoctor.core.errors import InputError
+
+    seen = {}
+
+    def capture(analysis, stops, stop_ids, stop_strings):
+        seen["strings"] = stop_strings
+        raise InputError("captured")
+
+    monkeypatch.setattr(run, "resolve_stops", capture)
+    cli("generate", str(CHATML), "-m", "user", "Hi", "--stop", "\\nQ:", "--stop", "a\\\\nb", "--stop", "\\x")
+    assert seen["strings"] == ["\nQ:", "a\\nb", "\\x"]
+
+
+def test_the_stop_escape_rule_is_documented_once_for_every_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "### Stop strings on the command line" in readme
+    for command in ("generate", "probe-stop"):
+        assert "escapes" in cli(command, "--help").stdout.replace("\n", " ")
+
+
+# --- labels: the default models TRL ----------------------------------------------------------
+
+
+def test_labels_default_appends_eos_to_plain_text_as_trl_does(tmp_path):
+    data = tmp_path / "text.jsonl"
+    data.write_text(json.dumps({"text": "The quick brown fox."}) + "\n"
+                    + json.dumps({"prompt": "Say hi:", "completion": " hi"}) + "\n")
+    trl = cli("labels", str(CHATML), "--data", str(data), "--json")
+    assert trl.code == 0, trl.stdout + trl.stderr
+    assert not [f for f in trl.json()["findings"] if f["code"] == "SD604"]
+    plain = cli("labels", str(CHATML), "--data", str(data), "--no-append-eos", "--json")
+    assert plain.code == 1 and any(f["code"] == "SD604" for f in plain.json()["findings"])
+    legacy = cli("labels", str(CHATML), "--data", str(data), "--collator", "pad-id", "--json")
+    assert any(f["code"] == "SD604" for f in legacy.json()["findings"])  # a plain transformers loop adds none
+
+
+# --- probe-stop: a gate must not fail the right answer -----------------------------------------
+
+
+def test_probe_stop_gate_passes_the_models_own_end_of_turn_token():
+    result = cli("probe-stop", "<|im_end|>", "--model", str(CHATML), "--fail-on-miss", "--json")
+    assert result.code == 0, result.stdout
+    stop = result.json()["stops"][0]
+    assert stop["special_token_id"] is not None
+    assert cli("probe-stop", "User:", "--model", str(CHATML), "--fail-on-miss").code == 1
+
+
+# --- serving: one root cause, one finding ----------------------------------------------------
+
+
+def test_ignore_eos_is_one_finding_not_three(tmp_path):
+    from stopdoctor.api import inspect_model, serving_findings
+    from stopdoctor.facts.serving import load_serving
+
+    llama3 = inspect_model(str(LLAMA3)).analysis
+    only = tmp_path / "serve.sh"
+    only.write_text("llama-server -m m.gguf --jinja --ignore-eos\n")
+    found = {f.code: f for f in serving_findings(llama3, load_serving(only))}
+    assert set(found) == {"SD405"}, found
+    assert found["SD405"].evidence.get("end_of_turn") == "<|eot_id|>"
+    readme_case = {f.code: f for f in serving_findings(llama3, load_serving(SERVING / "llama-server.sh"))}
+    assert "SD401" not in readme_case  # its cause is the wrong template (SD402) and --ignore-eos (SD405)
+    assert {"SD402", "SD405"} <= set(readme_case)
+    assert "SD401" in readme_case["SD402"].evidence.get("also", "")
