@@ -78,7 +78,8 @@ def labels(
         "--template", help="Render chat rows with this template file instead of the model's (e.g. a training "
         "template with {% generation %} markers).", show_default=False)] = None,
     eot_token: Annotated[list[str] | None, typer.Option(
-        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token).",
+        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token); "
+        "\\n, \\t, \\r and \\\\ are read as escapes.",
         show_default=False)] = None,
     excess_length: Annotated[str, typer.Option(
         "--excess-length", help="With --collator axolotl: its excess_length_strategy for examples longer than "
@@ -97,6 +98,7 @@ def labels(
     from stopdoctor.api import check_labels_of, load
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.labels.build import COLLATORS, LabelSettings
+    from stopdoctor.actions.prompt import parse_escapes
     from stopdoctor.core.findings import exit_code
 
     if collator not in COLLATORS:
@@ -111,7 +113,7 @@ def labels(
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
-                             eot_tokens=tuple(eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
+                             eot_tokens=tuple(parse_escapes(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
