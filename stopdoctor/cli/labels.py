@@ -17,6 +17,8 @@ CollatorOpt = Annotated[str, typer.Option(
     "--collator", help="How labels are built: auto (TRL's defaults), assistant-only ({% generation %} markers), "
     "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token), axolotl "
     "(its chat_template strategy: turn content + eot_tokens).")]
+# The collators that model TRL's SFTTrainer, which appends eos to texts and completions itself (`add_eos`).
+TRL_COLLATORS = ("auto", "assistant-only", "completion-only", "full")
 
 
 class _Progress:
@@ -70,8 +72,10 @@ def labels(
     max_length: Annotated[int | None, typer.Option(
         "--max-length", help="The training sequence length: examples are truncated to it (keeping the start).",
         show_default=False)] = None,
-    append_eos: Annotated[bool, typer.Option(
-        "--append-eos", help="Append eos to texts and completions that lack it, as TRL's SFTTrainer does.")] = False,
+    append_eos: Annotated[bool | None, typer.Option(
+        "--append-eos/--no-append-eos", help="Append eos to texts and completions that lack it, as TRL's SFTTrainer "
+        "does (default: on for the TRL collators auto, completion-only, full and assistant-only; off for pad-id, a "
+        "plain transformers loop, and axolotl).", show_default=False)] = None,
     pad_token: Annotated[str | None, typer.Option(
         "--pad-token", help="Use this pad token instead of the tokenizer's (to try a fix).", show_default=False)] = None,
     template: Annotated[Path | None, typer.Option(
@@ -111,6 +115,8 @@ def labels(
         from stopdoctor.core.types import ChatTemplate
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
+    if append_eos is None:  # the default models the trainer the collator names
+        append_eos = collator in TRL_COLLATORS
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
                              eot_tokens=tuple(parse_escapes(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
