@@ -133,3 +133,30 @@ def test_ignore_eos_is_one_finding_not_three(tmp_path):
     assert "SD401" not in readme_case  # its cause is the wrong template (SD402) and --ignore-eos (SD405)
     assert {"SD402", "SD405"} <= set(readme_case)
     assert "SD401" in readme_case["SD402"].evidence.get("also", "")
+
+
+# --- bad input: one clear line ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["labels", str(CHATML), "--data", "/dev/null"], ["logs", "/dev/null"]])
+def test_dev_null_is_not_called_no_such_file(args):
+    result = cli(*args)
+    assert result.code == 2
+    assert "no such" not in result.stderr and "not a regular file" in result.stderr, result.stderr
+
+
+def test_a_bad_row_is_counted_and_labels_goes_on(tmp_path):
+    data = tmp_path / "rows.jsonl"
+    good = json.dumps({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})
+    data.write_text("\n".join([good, "{not json", json.dumps({"conversations": []}), good, json.dumps([1])]) + "\n")
+    result = cli("labels", str(CHATML), "--data", str(data), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["examples"]["read"] == 2 and document["examples"]["bad_lines"] == 3
+    assert document["bad_lines"][0].startswith("line 2 is not JSON") and document["bad_lines"][1].startswith("line 3: ")
+    human = cli("labels", str(CHATML), "--data", str(data))
+    assert "3 bad lines skipped" in human.stdout
+    only_bad = tmp_path / "bad.jsonl"
+    only_bad.write_text("{not json\n")
+    refused = cli("labels", str(CHATML), "--data", str(only_bad))
+    assert refused.code == 2 and "no valid example" in refused.stderr and "line 1" in refused.stderr

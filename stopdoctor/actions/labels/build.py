@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
-from stopdoctor.core.errors import InputError, TemplateError
+from stopdoctor.core.errors import InputError, TemplateError, require_file
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.types import ChatTemplate
 from stopdoctor.template.sandbox import ChatRenderer, render_deadline
@@ -169,6 +169,7 @@ class LabelsResult:
     eos_id: int | None
     axolotl_ids: frozenset[int] = frozenset()  # ids the axolotl collator trains after a turn
     examples: list[LabelledExample] = field(default_factory=list)
+    bad_lines: list[str] = field(default_factory=list)  # rows skipped as malformed: "line N: why"
 
     @property
     def spans(self) -> list[Span]:
@@ -222,20 +223,19 @@ def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
     return examples
 
 
-def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Example]:
+def iter_examples(path: str | Path, limit: int | None = None, bad: list[str] | None = None) -> Iterator[Example]:
     """`load_examples` one row at a time, so that a dataset's rows need not fit in memory. A bad
-    row is an error when it is reached."""
-    return _rows(_data_file(path), limit)
+    row (not UTF-8, not JSON, no example's shape) is an error when it is reached, or, given `bad`,
+    is skipped with its one-line reason appended there (as `logs` counts bad lines and goes on)."""
+    return _rows(_data_file(path), limit, bad)
 
 
 def _data_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
-    return path
+    require_file(str(path), "data file", "give a JSONL file with one example a line")
+    return Path(path)
 
 
-def _rows(path: Path, limit: int | None) -> Iterator[Example]:
+def _rows(path: Path, limit: int | None, bad: list[str] | None = None) -> Iterator[Example]:
     count = 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -243,8 +243,16 @@ def _rows(path: Path, limit: int | None) -> Iterator[Example]:
                 break
             if not raw.strip():
                 continue
-            row = _parse_row(raw, number, path.name)
-            yield Example(count, number, _kind(row, f"{path.name} line {number}"), row)
+            try:
+                row = _parse_row(raw, number, path.name)
+                kind = _kind(row, f"{path.name} line {number}")
+            except InputError as error:
+                if bad is None:
+                    raise
+                why = error.message.removeprefix(f"{path.name}: ").removeprefix(f"{path.name} line {number}: ")
+                bad.append(why if why.startswith(f"line {number} ") else f"line {number}: {why}")
+                continue
+            yield Example(count, number, kind, row)
             count += 1
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, TurnEnder, _headline_turn, diagnose
-from stopdoctor.core.errors import InputError, MissingDependencyError
+from stopdoctor.core.errors import InputError, MissingDependencyError, require_file
 
 # --------------------------------------------------------------------------------------------
 # Where each field lives, per shape
@@ -424,8 +424,7 @@ def _check_inputs(paths: Sequence[str]) -> None:
     for path in paths:
         if _is_remote(path):
             continue
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such file")
+        require_file(path)
 
 
 RUNNING_DONE = 99.9  # the most progress reported before the query has returned
