@@ -160,3 +160,65 @@ def test_a_bad_row_is_counted_and_labels_goes_on(tmp_path):
     only_bad.write_text("{not json\n")
     refused = cli("labels", str(CHATML), "--data", str(only_bad))
     assert refused.code == 2 and "no valid example" in refused.stderr and "line 1" in refused.stderr
+
+
+# --- generate: the fix names the file and key, also for a server ------------------------------
+
+
+class _FakeEngine:
+    """Writes the answer, the end-of-turn <|eot_id|> (617), then a user turn of its own."""
+
+    name, device = "transformers", "cpu"
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    @classmethod
+    def load(cls, *args, **kwargs):
+        return cls()
+
+    def pick_model(self, *args) -> str:
+        return "m"
+
+    def generate(self, prompt, stops, max_new_tokens, sampling=None):
+        from stopdoctor.analysis.diagnose import Generation, Step, StopCause
+
+        pieces = [(1, "Paris", False), (617, "<|eot_id|>", True), (2, "<|start_header_id|>", True), (3, "user", False),
+                  (4, "<|end_header_id|>", True), (5, "\n\nHi", False)]
+        steps = tuple(Step(i, tid, text, special) for i, (tid, text, special) in enumerate(pieces))
+        text = "".join(p[1] for p in pieces)
+        if self.server:
+            return Generation("length", StopCause("length"), text, (), server={"finish_reason": "length", "url": "u", "route": "chat"})
+        return Generation("length", StopCause("length"), text, steps)
+
+    server = False
+
+
+class _FakeServer(_FakeEngine):
+    name, device = "server", "http://127.0.0.1:1"
+    server = True
+
+
+def test_generate_fix_names_the_file_and_key(monkeypatch):
+    from stopdoctor.actions.generate import run
+
+    monkeypatch.setattr(run, "LocalEngine", _FakeEngine)
+    result = cli("generate", str(LLAMA3), "-m", "user", "Hi", "--max-new-tokens", "6", "--json")
+    assert result.code == 1, result.stderr
+    fix = result.json()["fix"]
+    assert fix["file"] == "generation_config.json" and fix["key"] == "eos_token_id"
+    assert fix["text"] == 'set generation_config.json "eos_token_id": [609, 617]'
+    human = cli("generate", str(LLAMA3), "-m", "user", "Hi", "--max-new-tokens", "6", "--no-color")
+    assert 'set generation_config.json "eos_token_id": [609, 617]' in human.stdout
+
+
+def test_generate_server_runaway_gets_a_fix_line(monkeypatch):
+    from stopdoctor.actions.generate import run
+
+    monkeypatch.setattr(run, "ServerEngine", _FakeServer)
+    result = cli("generate", str(LLAMA3), "-m", "user", "Hi", "--server", "http://127.0.0.1:1", "--json")
+    assert result.code == 1, result.stderr
+    fix = result.json()["fix"]
+    assert fix is not None and "617" in fix["text"] and "stop_token_ids" in fix["text"]
+    human = cli("generate", str(LLAMA3), "-m", "user", "Hi", "--server", "http://127.0.0.1:1", "--no-color")
+    assert "\n  fix " in human.stdout

@@ -105,13 +105,17 @@ def generate(
     sampling = Sampling(temperature, top_p, seed)
     with working(f"generating up to {max_new_tokens} tokens…"):
         result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+    from stopdoctor.fix import generate_fix
+
+    missed = result.diagnosis.should_have_stopped
+    fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, server is not None) if missed else None
     if json:
         from stopdoctor.reporters.generation import render_generation_json
 
-        emit(render_generation_json(result))
+        emit(render_generation_json(result, fix))
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
         emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace,
-                                     max_new_tokens=max_new_tokens))
+                                     max_new_tokens=max_new_tokens, fix=fix))
     return exit_code(result.generation, result.diagnosis)
