@@ -222,3 +222,11 @@ def test_generate_server_runaway_gets_a_fix_line(monkeypatch):
     assert fix is not None and "617" in fix["text"] and "stop_token_ids" in fix["text"]
     human = cli("generate", str(LLAMA3), "-m", "user", "Hi", "--server", "http://127.0.0.1:1", "--no-color")
     assert "\n  fix " in human.stdout
+
+
+def test_kind_scores_are_explained():
+    human = cli("inspect", str(LLAMA3), "--no-color")
+    line = next(line for line in human.stdout.splitlines() if line.startswith("  kind "))
+    assert "score +4" in line and "instruct at +1 or more" in line, line
+    verdict = cli("inspect", str(LLAMA3), "--json").json()["verdict"]
+    assert verdict["score"] == 4 and "base at -2 or less" in verdict["rule"]

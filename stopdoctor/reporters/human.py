@@ -32,7 +32,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         out.print(f"  missing   [yellow]{escape(', '.join(result.missing_files))}[/]")
     verdict = analysis.verdict
     clues = "; ".join(f"{e.clue} ({e.weight:+d})" for e in verdict.evidence) or "no clue either way"
-    out.print(f"  kind      [bold]{verdict.kind}[/]  [dim]{escape(clues)}[/]")
+    out.print(f"  kind      [bold]{verdict.kind}[/]  score {verdict.score:+d} (instruct at +1 or more with a strong "
+              f"clue, base at -2 or less)  [dim]{escape(clues)}[/]")
     if facts.templates:
         names = ", ".join(f"{t.name} ({t.location})" for t in facts.templates)
         out.print(f"  template  {escape(names)}")
