@@ -230,3 +230,13 @@ def test_kind_scores_are_explained():
     assert "score +4" in line and "instruct at +1 or more" in line, line
     verdict = cli("inspect", str(LLAMA3), "--json").json()["verdict"]
     assert verdict["score"] == 4 and "base at -2 or less" in verdict["rule"]
+
+
+def test_help_says_what_is_required_and_names_arguments_plainly():
+    probe = cli("probe-stop", "--help").stdout
+    assert probe.startswith("Usage: stopdoctor probe-stop --model MODEL [OPTIONS] [STOP...]"), probe.splitlines()[0]
+    model_help = probe[probe.index("--model"):].split("--corpus")[0]
+    assert "[required]" in model_help
+    logs = cli("logs", "--help").stdout
+    assert logs.startswith("Usage: stopdoctor logs [OPTIONS] FILE..."), logs.splitlines()[0]
+    assert "{files}" not in logs and "files..." not in logs
