@@ -110,3 +110,88 @@ def live_findings(result: api.InspectResult, expectation: Expectation | None, ve
     return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
                           "serve the checkpoint the configuration names, or fix its chat template and stop ids",
                           location, expected=target, found=verdict.verdict, probe="fragment")]
+
+
+# --------------------------------------------------------------------------------------------
+# Baseline: findings accepted once stay listed, only new ones fail (as ruff's and mypy's do)
+# --------------------------------------------------------------------------------------------
+
+BASELINE_SCHEMA = "stopdoctor.baseline/1"
+DEFAULT_BASELINE = "stopdoctor-baseline.json"
+
+
+def _subject_key(name: str, base: Path) -> str:
+    """A model as the baseline names it: a local path relative to `base` (so `models/x` and
+    `./models/x/` are one model, and the file works from any clone), a hub id as given."""
+    path = Path(name)
+    if path.exists():
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            return path.resolve().as_posix()
+    return name
+
+
+def _finding_key(model: str, finding: Finding) -> tuple[str, str, str | None, str | None, str]:
+    location = finding.location
+    return (model, finding.code, location.file if location else None, location.key if location else None, finding.message)
+
+
+def write_baseline(report: Report, path: Path, base: Path) -> int:
+    """Write every finding of `report` to `path`; the number written."""
+    import json
+
+    from stopdoctor import __version__
+
+    entries = []
+    for subject in report.subjects:
+        model = _subject_key(subject.name, base)
+        for finding in subject.findings:
+            key = _finding_key(model, finding)
+            entries.append({"model": key[0], "code": key[1], "name": finding.name, "file": key[2], "key": key[3],
+                            "message": key[4]})
+    document = {"schema_version": 1, "schema": BASELINE_SCHEMA, "tool": {"name": "stopdoctor", "version": __version__},
+                "findings": entries}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the baseline: {error.strerror or error}") from None
+    return len(entries)
+
+
+def read_baseline(path: Path) -> set[tuple]:
+    import json
+
+    from stopdoctor.core.errors import require_file
+
+    require_file(str(path), "baseline file", hint="create it with: stopdoctor check --baseline FILE --write-baseline")
+    hint = "rewrite it with: stopdoctor check --baseline FILE --write-baseline"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        raise InputError(f"{path}: is not a stopdoctor baseline (not JSON)", hint) from None
+    entries = document.get("findings") if isinstance(document, dict) and document.get("schema") == BASELINE_SCHEMA else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InputError(f"{path}: is not a stopdoctor baseline (no {BASELINE_SCHEMA} findings list)", hint)
+    return {(e.get("model"), e.get("code"), e.get("file"), e.get("key"), e.get("message")) for e in entries}
+
+
+def apply_baseline(report: Report, accepted: set[tuple], path: Path, base: Path) -> tuple[Report, int]:
+    """`report` with the findings listed in the baseline marked accepted (kept, never failing),
+    and the number of baseline entries no longer found (fixed since)."""
+    import dataclasses
+
+    seen: set[tuple] = set()
+    subjects = []
+    for subject in report.subjects:
+        model = _subject_key(subject.name, base)
+        findings = []
+        for finding in subject.findings:
+            key = _finding_key(model, finding)
+            if key in accepted:
+                seen.add(key)
+                finding = dataclasses.replace(finding, baseline=True)
+            findings.append(finding)
+        subjects.append(dataclasses.replace(subject, findings=findings))
+    return dataclasses.replace(report, subjects=subjects, baseline=path), len(accepted - seen)

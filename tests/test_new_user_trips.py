@@ -240,3 +240,37 @@ def test_help_says_what_is_required_and_names_arguments_plainly():
     logs = cli("logs", "--help").stdout
     assert logs.startswith("Usage: stopdoctor logs [OPTIONS] FILE..."), logs.splitlines()[0]
     assert "{files}" not in logs and "files..." not in logs
+
+
+# --- CI: a baseline of accepted findings ----------------------------------------------------
+
+
+def test_baseline_accepts_listed_findings_and_fails_only_new_ones(clean_env):
+    baseline = clean_env / "stopdoctor-baseline.json"
+    written = cli("check", str(LLAMA3), "--baseline", str(baseline), "--write-baseline")
+    assert written.code == 0, written.stderr
+    entries = json.loads(baseline.read_text())["findings"]
+    assert [e["code"] for e in entries] == ["SD101"]
+    again = cli("check", str(LLAMA3), "--baseline", str(baseline), "--format", "json")
+    assert again.code == 0, again.stderr
+    findings = again.json()["models"][0]["findings"]
+    assert [(f["code"], f["baseline"]) for f in findings] == [("SD101", True)]  # still listed
+    sarif = cli("check", str(LLAMA3), "--baseline", str(baseline), "--format", "sarif").json()
+    assert [r["baselineState"] for r in sarif["runs"][0]["results"]] == ["unchanged"]
+    new = cli("check", str(LLAMA3), "--serving", str(SERVING / "llama-server.sh"), "--baseline", str(baseline),
+              "--format", "json")
+    assert new.code == 1
+    states = {f["code"]: f["baseline"] for f in new.json()["models"][0]["findings"]}
+    assert states["SD101"] is True and states["SD405"] is False
+    human = cli("check", str(LLAMA3), "--baseline", str(baseline), "--no-color")
+    assert human.code == 0 and "baseline" in human.stdout and "1 in the baseline" in human.stderr
+
+
+def test_a_missing_or_broken_baseline_is_one_line_exit_2(clean_env):
+    missing = cli("check", str(LLAMA3), "--baseline", str(clean_env / "nope.json"))
+    assert missing.code == 2 and "no such baseline file" in missing.stderr and "--write-baseline" in missing.stderr
+    broken = clean_env / "broken.json"
+    broken.write_text("{")
+    result = cli("check", str(LLAMA3), "--baseline", str(broken))
+    assert result.code == 2 and "not a stopdoctor baseline" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3

@@ -69,7 +69,8 @@ def print_findings(out, findings, unfinished: str | None = None) -> None:
         out.print("[green]No findings.[/]")
     for f in findings:
         where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
-        out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}")
+        accepted = "  [dim](baseline: accepted)[/]" if f.baseline else ""
+        out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}{accepted}")
         out.print(f"        {escape(f.message)}")
         out.print(f"        [green]fix:[/] {escape(f.fix)}")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
