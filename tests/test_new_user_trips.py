@@ -274,3 +274,69 @@ def test_a_missing_or_broken_baseline_is_one_line_exit_2(clean_env):
     result = cli("check", str(LLAMA3), "--baseline", str(broken))
     assert result.code == 2 and "not a stopdoctor baseline" in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 3
+
+
+# --- CI from this repository: a composite action and a pre-commit hook ------------------------
+
+
+def _action_check_script() -> tuple[dict, str]:
+    import yaml
+
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    step = next(s for s in action["runs"]["steps"] if "stopdoctor check" in s["run"] and "pip" not in s["run"])
+    return step["env"], step["run"]
+
+
+def test_the_composite_action_installs_from_its_own_checkout_and_gates():
+    import yaml
+
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    install = action["runs"]["steps"][0]["run"]
+    assert "${{ github.action_path }}" in install and "git+" not in install
+    assert set(action["inputs"]) >= {"models", "serving", "fail-on", "baseline", "sarif"}
+
+
+def test_the_composite_action_check_step_runs(clean_env):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    env_map, script = _action_check_script()
+    inputs = {"models": str(LLAMA3), "serving": "", "fail-on": "", "baseline": "", "sarif": "out.sarif"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name, value in env_map.items():
+        env[name] = value.replace("${{ inputs.", "").replace(" }}", "")
+        env[name] = inputs[env[name]]
+    bin_dir = clean_env / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "stopdoctor").write_text(f"#!/bin/sh\nexec {sys.executable} -m stopdoctor \"$@\"\n")
+    (bin_dir / "stopdoctor").chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    failing = subprocess.run(["bash", "-ec", script], env=env, cwd=clean_env, capture_output=True, text=True, timeout=300)
+    assert failing.returncode == 1, failing.stderr
+    assert json.loads((clean_env / "out.sarif").read_text())["runs"][0]["results"][0]["ruleId"] == "SD101"
+    assert "::error" in failing.stdout  # annotations on the job
+    baseline = clean_env / "baseline.json"
+    assert cli("check", str(LLAMA3), "--baseline", str(baseline), "--write-baseline").code == 0
+    env["SD_BASELINE"] = str(baseline)
+    accepted = subprocess.run(["bash", "-ec", script], env=env, cwd=clean_env, capture_output=True, text=True, timeout=300)
+    assert accepted.returncode == 0, accepted.stderr
+
+
+def test_readme_ci_snippets_name_no_placeholder_owner():
+    readme = (ROOT / "README.md").read_text()
+    assert "OWNER" not in readme
+    assert "uses: ./" in readme and "action.yml" in readme and "repo: local" in readme
+
+
+def test_readme_first_screen_says_which_command_and_how_to_try_it():
+    readme = (ROOT / "README.md").read_text()
+    first = readme[:readme.index("## Develop")]
+    assert "## Which command for which symptom" in first and "## Try it on your model" in first
+    assert "--index-url https://download.pytorch.org/whl/cpu" in first
+    for command in ("inspect", "generate", "check", "probe-stop", "labels", "logs"):
+        assert f"stopdoctor {command}" in first
