@@ -134,8 +134,13 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
     total = count_examples(data, limit)
     if not total:
         raise InputError(f"{Path(data).name}: holds no example")
-    labels = label_dataset(facts, analysis, iter_examples(data, limit), str(data), settings or LabelSettings(),
+    bad: list[str] = []  # malformed rows are counted and skipped, as logs does with bad lines
+    labels = label_dataset(facts, analysis, iter_examples(data, limit, bad), str(data), settings or LabelSettings(),
                            progress, total)
+    if not labels.examples and bad:
+        raise InputError(f"{Path(data).name}: holds no valid example: {len(bad)} bad line(s), the first {bad[0]}",
+                         "rows need messages (chat), prompt and completion, or text, one JSON object a line")
+    labels.bad_lines.extend(bad)
     return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -250,3 +251,42 @@ def _replace_vllm_generation_config(serving: ServingConfig) -> str | None:
         return None
     match = matches[0]
     return text[: match.start(2)] + "auto" + text[match.end(2):]
+
+
+@dataclass(frozen=True)
+class GenerateFix:
+    """The fix `generate` prints under a runaway: one line, with the file and key to change when
+    there is one (as `inspect` names them)."""
+
+    text: str
+    file: str | None = None
+    key: str | None = None
+
+
+def generate_fix(analysis: Analysis, missed_id: int | None, missed_text: str | None, stop_source: str,
+                 server: bool) -> GenerateFix | None:
+    """Where to make the model stop on `missed_id`, the turn-ending token it ran past. `stop_source`
+    is the generate stop set's source ("transformers", "vllm", "llama.cpp", "--stop-id", ...)."""
+    if missed_id is None or analysis.stop_hazard(missed_id) is not None:
+        return None  # never suggest a stop the safe-stop rule refuses
+    shown = f"{missed_text} (id {missed_id})" if missed_text else f"id {missed_id}"
+    if server:
+        quoted = json.dumps(missed_text) if missed_text else None
+        ollama = f'; Ollama PARAMETER stop {quoted}' if quoted else ""
+        return GenerateFix(
+            f'make the server stop on {shown}: per request "stop_token_ids": [{missed_id}] (vLLM, TGI); llama.cpp '
+            f"--override-kv tokenizer.ggml.eot_token_id=int:{missed_id}{ollama}; then check its configuration with "
+            f"stopdoctor check MODEL --serving FILE")
+    if stop_source == "--stop-id":  # the ids were the user's own, in place of the model's
+        return GenerateFix(f"add --stop-id {missed_id}")
+    facts = analysis.facts
+    if facts.is_gguf:
+        return GenerateFix(f"serve it with llama.cpp --override-kv tokenizer.ggml.eot_token_id=int:{missed_id} "
+                           f"(a GGUF is not edited)", None, "tokenizer.ggml.eot_token_id")
+    edit = _model_edit(analysis, [])
+    if edit is None:
+        return GenerateFix(f"add {missed_id} to the stop ids (generation_config.json eos_token_id)",
+                           "generation_config.json", "eos_token_id")
+    wanted = json.loads(edit.after).get("eos_token_id")
+    return GenerateFix(f'set generation_config.json "eos_token_id": {json.dumps(wanted)}', "generation_config.json",
+                       "eos_token_id")

@@ -2,7 +2,7 @@
 the settings' select/ignore and severities, and return one `Report`. A model that cannot be loaded
 is recorded with its error and the others still run. No printing, no exiting.
 
-Imports: api, config, core; actions.generate lazily (only for --live, which needs torch).
+Imports: api, config, core, facts, rules, template (the render deadline); actions.generate lazily (only for --live, which needs torch).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from stopdoctor.facts.serving import ServingConfig, load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
+from stopdoctor.template.limits import render_deadline
 
 
 def rules_run(settings: Settings, serving: bool, expectation: bool) -> tuple[str, ...]:
@@ -40,7 +41,10 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
     for entry in settings.models:
         serving_files = tuple(dict.fromkeys(p.resolve() for p in (*settings.serving, *entry.serving)))
         try:
-            result = api.inspect_model(entry.spec, entry.revision)
+            # Each model its own render time limit: the command's limit would also count the
+            # earlier models' reading, loading and generating, so the 4th of 4 healthy models failed.
+            with render_deadline(own=True):
+                result = api.inspect_model(entry.spec, entry.revision)
         except StopdoctorError as error:
             subjects.append(Subject(entry.spec, serving=serving_files, error=error, failed_target=entry.spec))
             continue
@@ -51,7 +55,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
         probe = None
         if live:
             try:
-                probe = live_probe(result)
+                with render_deadline(own=True):
+                    probe = live_probe(result)
                 findings.extend(live_findings(result, entry.expectation, probe))
             except StopdoctorError as error:
                 subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
@@ -61,7 +66,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
             try:
                 if path not in serving_cache:
                     serving_cache[path] = load_serving(path)
-                findings.extend(api.serving_findings(result.analysis, serving_cache[path]))
+                with render_deadline(own=True):
+                    findings.extend(api.serving_findings(result.analysis, serving_cache[path]))
             except StopdoctorError as error:
                 subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
                                         serving=serving_files, error=error, failed_target=str(path), live=probe))
@@ -106,3 +112,88 @@ def live_findings(result: InspectResult, expectation: Expectation | None, verdic
     return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
                           "serve the checkpoint the configuration names, or fix its chat template and stop ids",
                           location, expected=target, found=verdict.verdict, probe="fragment")]
+
+
+# --------------------------------------------------------------------------------------------
+# Baseline: findings accepted once stay listed, only new ones fail (as ruff's and mypy's do)
+# --------------------------------------------------------------------------------------------
+
+BASELINE_SCHEMA = "stopdoctor.baseline/1"
+DEFAULT_BASELINE = "stopdoctor-baseline.json"
+
+
+def _subject_key(name: str, base: Path) -> str:
+    """A model as the baseline names it: a local path relative to `base` (so `models/x` and
+    `./models/x/` are one model, and the file works from any clone), a hub id as given."""
+    path = Path(name)
+    if path.exists():
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            return path.resolve().as_posix()
+    return name
+
+
+def _finding_key(model: str, finding: Finding) -> tuple[str, str, str | None, str | None, str]:
+    location = finding.location
+    return (model, finding.code, location.file if location else None, location.key if location else None, finding.message)
+
+
+def write_baseline(report: Report, path: Path, base: Path) -> int:
+    """Write every finding of `report` to `path`; the number written."""
+    import json
+
+    from stopdoctor import __version__
+
+    entries = []
+    for subject in report.subjects:
+        model = _subject_key(subject.name, base)
+        for finding in subject.findings:
+            key = _finding_key(model, finding)
+            entries.append({"model": key[0], "code": key[1], "name": finding.name, "file": key[2], "key": key[3],
+                            "message": key[4]})
+    document = {"schema_version": 1, "schema": BASELINE_SCHEMA, "tool": {"name": "stopdoctor", "version": __version__},
+                "findings": entries}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the baseline: {error.strerror or error}") from None
+    return len(entries)
+
+
+def read_baseline(path: Path) -> set[tuple]:
+    import json
+
+    from stopdoctor.core.errors import require_file
+
+    require_file(str(path), "baseline file", hint="create it with: stopdoctor check --baseline FILE --write-baseline")
+    hint = "rewrite it with: stopdoctor check --baseline FILE --write-baseline"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        raise InputError(f"{path}: is not a stopdoctor baseline (not JSON)", hint) from None
+    entries = document.get("findings") if isinstance(document, dict) and document.get("schema") == BASELINE_SCHEMA else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InputError(f"{path}: is not a stopdoctor baseline (no {BASELINE_SCHEMA} findings list)", hint)
+    return {(e.get("model"), e.get("code"), e.get("file"), e.get("key"), e.get("message")) for e in entries}
+
+
+def apply_baseline(report: Report, accepted: set[tuple], path: Path, base: Path) -> tuple[Report, int]:
+    """`report` with the findings listed in the baseline marked accepted (kept, never failing),
+    and the number of baseline entries no longer found (fixed since)."""
+    import dataclasses
+
+    seen: set[tuple] = set()
+    subjects = []
+    for subject in report.subjects:
+        model = _subject_key(subject.name, base)
+        findings = []
+        for finding in subject.findings:
+            key = _finding_key(model, finding)
+            if key in accepted:
+                seen.add(key)
+                finding = dataclasses.replace(finding, baseline=True)
+            findings.append(finding)
+        subjects.append(dataclasses.replace(subject, findings=findings))
+    return dataclasses.replace(report, subjects=subjects, baseline=path), len(accepted - seen)

@@ -437,7 +437,7 @@ def test_cli_json_document(synth_root):
     assert doc["causes"]["pad-masked"] == {"spans": 0, "examples": []}
     assert doc["failing_examples"] == list(range(6))
     assert doc["failures"][0] == {"index": 0, "line": 1, "causes": ["no-generation-markers"]}
-    assert doc["examples"] == {"read": 6, "checked": 6, "ok": 0, "share_ok": 0.0, "dropped": 0}
+    assert doc["examples"] == {"read": 6, "checked": 6, "ok": 0, "share_ok": 0.0, "dropped": 0, "bad_lines": 0}
     assert doc["dropped_examples"] == []
     assert doc["template"]["generation_markers"] is False
     assert [f["code"] for f in doc["findings"]] == ["SD601"]
@@ -464,11 +464,11 @@ def test_cli_bad_options_exit_2(synth_root, args, message):
 def test_bad_data_is_one_line_exit_2(synth_root, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "x"}]}\nnot json\n')
-    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad))
-    assert run.code == 2 and "line 2 is not JSON" in run.stderr
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad))  # a bad row is counted, the rest checked
+    assert run.code == 0 and "1 bad lines skipped: line 2 is not JSON" in run.stdout
     bad.write_text('{"conversations": []}\n')
     run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad))
-    assert run.code == 2 and "no \"messages\"" in run.stderr
+    assert run.code == 2 and "no \"messages\"" in run.stderr and "no valid example" in run.stderr
     run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(TEXT), "--collator", "assistant-only")
     assert run.code == 2 and "assistant-only loss needs chat rows" in run.stderr
 
@@ -486,8 +486,15 @@ _GOOD_ROW = b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistan
 def test_hostile_data_rows_are_one_line_exit_2(synth_root, tmp_path, line, message):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(_GOOD_ROW + line + b"\n")
-    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad))
-    assert run.code == 2 and message in run.stderr and "line 2" in run.stderr and len(run.stderr.splitlines()) <= 2
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(bad), "--json")
+    if run.code == 0:  # a row the reader refuses is counted and skipped, the good row still checked
+        assert message in run.json()["bad_lines"][0] and run.json()["bad_lines"][0].startswith("line 2")
+    else:  # one the template-data copy refuses stops the run, in one line
+        assert run.code == 2 and message in run.stderr and "line 2" in run.stderr and len(run.stderr.splitlines()) <= 2
+    alone = tmp_path / "alone.jsonl"
+    alone.write_bytes(line + b"\n")
+    run = cli("labels", str(synth_root / "clean-chatml"), "--data", str(alone))
+    assert run.code == 2 and message.replace("line 2", "line 1") in run.stderr and len(run.stderr.splitlines()) <= 2
 
 
 def test_a_byte_order_mark_before_the_first_row_is_read(synth_root, tmp_path):

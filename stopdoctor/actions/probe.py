@@ -43,8 +43,11 @@ class StopReport:
 
     @property
     def failed(self) -> bool:
-        """What --fail-on-miss fails on: an id match would miss, or the stop fires in answers."""
-        return self.misses > 0 or bool(self.probe.false_positives)
+        """What --fail-on-miss fails on: an id match would miss, or the stop fires in answers. A
+        stop that is one special token is matched on its id, which quoted text never produces: an
+        answer quoting the marker as text is no false stop, and the right stop must not fail."""
+        quoted_only = self.probe.special_token_id is not None
+        return self.misses > 0 or (bool(self.probe.false_positives) and not quoted_only)
 
 
 @dataclass(frozen=True)

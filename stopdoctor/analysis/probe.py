@@ -184,7 +184,13 @@ def _recommend(
             f"A token-id match on encode({stop!r}) misses in {misses} of {n_contexts} contexts "
             f"({len(variants)} id sequences seen): match on the decoded text instead, which catches every variant."
         )
-    if false_positives:
+    if false_positives and special_id is not None:
+        recs.append(
+            f"{stop!r} occurs {len(false_positives)} time(s) as text in the sample answers (quoted markup); "
+            f"a stop on id {special_id} never fires there, a stop string matched on text with special tokens "
+            "shown would."
+        )
+    elif false_positives:
         shown = "; ".join(f"{fp.sample}: {fp.excerpt!r}" for fp in false_positives[:3])
         more = f" (+{len(false_positives) - 3} more)" if len(false_positives) > 3 else ""
         recs.append(

@@ -35,6 +35,15 @@ class Verdict:
     kind: str  # base | instruct | unknown
     evidence: tuple[Evidence, ...]
 
+    @property
+    def score(self) -> int:
+        return sum(e.weight for e in self.evidence)
+
+
+# How `decide` turns the clues' weights into a kind, in words for the reports.
+KIND_RULE = ("each clue's weight adds up: + points to instruct, - to base; instruct at +1 or more with a strong clue "
+             "(a declared end-of-turn stop id or a turn-end eos), base at -2 or less (or a name saying base), else unknown")
+
 
 def decide(facts: ModelFacts, end_of_turn_ids: set[int]) -> Verdict:
     """Only the model's own files count: its names, its declared stop ids (not what a runtime

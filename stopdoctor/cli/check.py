@@ -27,6 +27,11 @@ SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only t
 IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these checks: codes, prefixes or names.", show_default=False)]
 LiveOpt = Annotated[bool, typer.Option("--live", help="Also run the generate probe (needs torch and the model weights).")]
 CheckJsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one JSON document on stdout.")]
+BaselineOpt = Annotated[Path | None, typer.Option(
+    "--baseline", help="Findings accepted in this file stay listed but never fail the gate; only new ones do.",
+    show_default=False)]
+WriteBaselineOpt = Annotated[bool, typer.Option(
+    "--write-baseline", help="Write every current finding to the --baseline file (default stopdoctor-baseline.json) and exit 0.")]
 ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings reach --fail-on (2 and 3 still apply).")]
 
 
@@ -35,22 +40,42 @@ ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when
 def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOpt = None, format: FormatOpt = None,
           output: OutputOpt = None, fail_on: CheckFailOnOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None,
-          json: CheckJsonOpt = False) -> int:
+          json: CheckJsonOpt = False, baseline: BaselineOpt = None, write_baseline: WriteBaselineOpt = False) -> int:
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
     from stopdoctor.config import load_settings, with_flags
-    from stopdoctor.gate import require_live, run_gate
+    from stopdoctor.gate import DEFAULT_BASELINE, apply_baseline, read_baseline, require_live, run_gate
+    from stopdoctor.gate import write_baseline as write_baseline_file
+
     if json:
         format = chosen_format(format, json)
     settings = with_flags(load_settings(config=config), models=models, revision=revision, serving=serving,
                           fail_on=fail_on, select=select, ignore=ignore, format=format)
     if settings.config_file is not None:
         say(f"stopdoctor: config {settings.config_file}")
+    accepted = read_baseline(baseline) if baseline is not None and not write_baseline else None  # before the run
     if live:
         require_live()  # before the static run: a runner without torch should fail fast, not after minutes
     with working("checking…"):
         report = run_gate(settings, live=live)
+    base = Path.cwd()
+    if write_baseline:
+        target = baseline if baseline is not None else Path(DEFAULT_BASELINE)
+        written = write_baseline_file(report, target, base)
+        say(f"stopdoctor: wrote {written} finding(s) to the baseline {target}; later runs with --baseline {target} "
+            "fail only on new ones")
+        for model in report.failed:
+            say(f"stopdoctor: error: {model.error_line}")
+        return report.exit_code(exit_zero=True)
+    stale = 0
+    if accepted is not None:
+        report, stale = apply_baseline(report, accepted, baseline, base)
     write_report(report, settings.format, output, color, exit_zero=exit_zero)
     _summarise(report, exit_zero)
+    if accepted is not None:
+        kept = sum(f.baseline for f in report.findings)
+        say(f"stopdoctor: {kept} in the baseline {baseline} (accepted, not failing)"
+            + (f"; {stale} baseline entr{'y' if stale == 1 else 'ies'} no longer found: fixed, rewrite it with "
+               "--write-baseline" if stale else ""))
     return report.exit_code(exit_zero)
 
 

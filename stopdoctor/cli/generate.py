@@ -33,7 +33,7 @@ def generate(
     prompt: Annotated[str | None, typer.Option("--prompt", help="One user message, or with --raw the exact prompt text.")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="No chat template: send --prompt as a raw completion endpoint would.")] = False,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Token budget.")] = 64,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="A stop string, matched in the decoded text (repeatable).")] = None,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="A stop string, matched in the decoded text (repeatable); \\n, \\t, \\r and \\\\ are read as escapes.")] = None,
     stop_id: Annotated[list[int] | None, typer.Option("--stop-id", help="A stop token id (repeatable); replaces the model's set unless --stops is given.")] = None,
     stops: Annotated[str | None, typer.Option("--stops", help="Stop id set: model (the model's own runtime: transformers for folders, llama.cpp for GGUF), runtime:vllm|tgi|transformers|llama.cpp, or none.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (the default).")] = 0.0,
@@ -86,7 +86,10 @@ def generate(
     if not fragment_test:
         chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
         built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
-        stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), list(stop or []))
+        from stopdoctor.actions.probe import parse_escapes
+
+        # The one escape rule of every command that takes a stop string (probe-stop, labels --eot-token).
+        stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), [parse_escapes(s) for s in stop or []])
     if server is not None:
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
@@ -106,12 +109,16 @@ def generate(
     sampling = Sampling(temperature, top_p, seed)
     with working(f"generating up to {max_new_tokens} tokens…"):
         result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+    from stopdoctor.fix import generate_fix
+
+    missed = result.diagnosis.should_have_stopped
+    fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, server is not None) if missed else None
     if json:
         from stopdoctor.reporters.generation import render_generation_json
 
-        emit(render_generation_json(result))
+        emit(render_generation_json(result, fix))
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
-        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace))
+        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix))
     return exit_code(result.generation, result.diagnosis)

@@ -18,6 +18,8 @@ CollatorOpt = Annotated[str, typer.Option(
     "--collator", help="How labels are built: auto (TRL's defaults), assistant-only ({% generation %} markers), "
     "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token), axolotl "
     "(its chat_template strategy: turn content + eot_tokens).")]
+# The collators that model TRL's SFTTrainer, which appends eos to texts and completions itself (`add_eos`).
+TRL_COLLATORS = ("auto", "assistant-only", "completion-only", "full")
 
 
 class _Progress:
@@ -71,15 +73,18 @@ def labels(
     max_length: Annotated[int | None, typer.Option(
         "--max-length", help="The training sequence length: examples are truncated to it (keeping the start).",
         show_default=False)] = None,
-    append_eos: Annotated[bool, typer.Option(
-        "--append-eos", help="Append eos to texts and completions that lack it, as TRL's SFTTrainer does.")] = False,
+    append_eos: Annotated[bool | None, typer.Option(
+        "--append-eos/--no-append-eos", help="Append eos to texts and completions that lack it, as TRL's SFTTrainer "
+        "does (default: on for the TRL collators auto, completion-only, full and assistant-only; off for pad-id, a "
+        "plain transformers loop, and axolotl).", show_default=False)] = None,
     pad_token: Annotated[str | None, typer.Option(
         "--pad-token", help="Use this pad token instead of the tokenizer's (to try a fix).", show_default=False)] = None,
     template: Annotated[Path | None, typer.Option(
         "--template", help="Render chat rows with this template file instead of the model's (e.g. a training "
         "template with {% generation %} markers).", show_default=False)] = None,
     eot_token: Annotated[list[str] | None, typer.Option(
-        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token).",
+        "--eot-token", help="With --collator axolotl: its eot_tokens (repeatable; default: the eos token); "
+        "\\n, \\t, \\r and \\\\ are read as escapes.",
         show_default=False)] = None,
     excess_length: Annotated[str, typer.Option(
         "--excess-length", help="With --collator axolotl: its excess_length_strategy for examples longer than "
@@ -101,6 +106,7 @@ def labels(
     from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.labels.result import COLLATORS, LabelSettings
+    from stopdoctor.actions.probe import parse_escapes
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
@@ -112,9 +118,11 @@ def labels(
         from stopdoctor.core.types import ChatTemplate
 
         chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
+    if append_eos is None:  # the default models the trainer the collator names
+        append_eos = collator in TRL_COLLATORS
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
-                             eot_tokens=tuple(eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
+                             eot_tokens=tuple(parse_escapes(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner

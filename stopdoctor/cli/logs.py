@@ -72,7 +72,7 @@ class _Progress:
 @handles_errors
 def logs(
     files: Annotated[list[str], typer.Argument(
-        help="JSONL (optionally .gz) or Parquet response logs; local paths or URLs DuckDB can read (s3://, https://).",
+        metavar="FILE...", help="JSONL (optionally .gz) or Parquet response logs; local paths or URLs DuckDB can read (s3://, https://).",
         show_default=False)],
     model: Annotated[str | None, typer.Option(
         "--model", help="Model whose chat template says what its turn headers are (folder, hub id or .gguf); "

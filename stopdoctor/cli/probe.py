@@ -11,13 +11,14 @@ from stopdoctor.cli.app import ColorOpt, JsonOpt, RevisionOpt, app, handles_erro
 from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
 
 
-@app.command("probe-stop")
+@app.command("probe-stop", options_metavar="--model MODEL [OPTIONS]")
 @handles_errors
 def probe_stop(
     stops: Annotated[list[str] | None, typer.Argument(metavar="STOP...",
         help="Stop strings to probe; \\n, \\t, \\r and \\\\ are read as escapes.", show_default=False)] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model whose tokenizer to use (folder, hub id or .gguf).",
-                                              show_default=False)] = None,
+    # Required, but checked in the body: a missing --model gets one line with a hint, not click's box.
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", show_default=False,
+                                              help="Model whose tokenizer to use (folder, hub id or .gguf).  [required]")] = None,
     corpus: Annotated[list[Path] | None, typer.Option(
         "--corpus", help="Plain-text file of answers to search for false positives; the whole file is one "
         "sample (repeatable).", show_default=False)] = None,

@@ -51,3 +51,21 @@ class TemplateError(StopdoctorError):
 
 class MissingDependencyError(StopdoctorError):
     """An optional extra (torch) is needed for this command."""
+
+
+def require_file(path: str, what: str = "file", hint: str | None = None) -> None:
+    """Refuse, in one line, a path that is missing or is no regular file (`/dev/null`, a pipe, a
+    folder): 'no such file' is only said of what does not exist."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}", hint) from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read: {error.strerror or error}", hint) from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder, not a {what}", hint)
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is not a regular file (a pipe, socket or device)", hint)

@@ -42,11 +42,13 @@ class Finding:
     fix: str
     location: Location | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    baseline: bool = False  # listed in `check --baseline FILE`: accepted, still shown, never fails the gate
 
 
 def exit_code(findings: list[Finding], fail_on: Severity = Severity.ERROR) -> int:
-    """0 when nothing reaches `fail_on`, 1 otherwise (2 and 3 come from errors, not findings)."""
-    return EXIT_FINDINGS if any(f.severity >= fail_on for f in findings) else EXIT_OK
+    """0 when nothing reaches `fail_on`, 1 otherwise (2 and 3 come from errors, not findings).
+    Findings accepted in a baseline never count."""
+    return EXIT_FINDINGS if any(f.severity >= fail_on and not f.baseline for f in findings) else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Report:
     fail_on: Severity = Severity.ERROR
     config_file: Path | None = None
     levels: Mapping[str, Severity] = field(default_factory=dict)
+    baseline: Path | None = None  # the baseline file applied (`check --baseline`), if any
 
     @property
     def findings(self) -> list[Finding]:

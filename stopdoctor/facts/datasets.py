@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.core.errors import InputError
+from stopdoctor.core.errors import InputError, require_file
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,19 @@ def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:
     return examples
 
 
-def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Example]:
+def iter_examples(path: str | Path, limit: int | None = None, bad: list[str] | None = None) -> Iterator[Example]:
     """`load_examples` one row at a time, so that a dataset's rows need not fit in memory. A bad
-    row is an error when it is reached."""
-    return _rows(_data_file(path), limit)
+    row (not UTF-8, not JSON, no example's shape) is an error when it is reached, or, given `bad`,
+    is skipped with its one-line reason appended there (as `logs` counts bad lines and goes on)."""
+    return _rows(_data_file(path), limit, bad)
 
 
 def _data_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such data file", "give a JSONL file with one example a line")
-    return path
+    require_file(str(path), "data file", "give a JSONL file with one example a line")
+    return Path(path)
 
 
-def _rows(path: Path, limit: int | None) -> Iterator[Example]:
+def _rows(path: Path, limit: int | None, bad: list[str] | None = None) -> Iterator[Example]:
     count = 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -63,8 +62,16 @@ def _rows(path: Path, limit: int | None) -> Iterator[Example]:
                 break
             if not raw.strip():
                 continue
-            row = _parse_row(raw, number, path.name)
-            yield Example(count, number, _kind(row, f"{path.name} line {number}"), row)
+            try:
+                row = _parse_row(raw, number, path.name)
+                kind = _kind(row, f"{path.name} line {number}")
+            except InputError as error:
+                if bad is None:
+                    raise
+                why = error.message.removeprefix(f"{path.name}: ").removeprefix(f"{path.name} line {number}: ")
+                bad.append(why if why.startswith(f"line {number} ") else f"line {number}: {why}")
+                continue
+            yield Example(count, number, kind, row)
             count += 1
 
 

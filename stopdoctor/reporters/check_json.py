@@ -21,7 +21,7 @@ def _model(model: Subject, base: Path) -> dict[str, Any]:
     findings = []
     for f in model.findings:
         place = locate(model, f)
-        findings.append({**finding_document(f),
+        findings.append({**finding_document(f), "baseline": f.baseline,
                          "path": relative_uri(place.path, base)[0] if place else None,
                          "line": place.line if place else None})
     return {

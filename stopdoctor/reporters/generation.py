@@ -46,7 +46,8 @@ def _stops(stops: StopSet) -> dict[str, Any]:
     }
 
 
-def generation_document(result: GenerateResult) -> dict[str, Any]:
+def generation_document(result: GenerateResult, fix: Any = None) -> dict[str, Any]:
+    """`fix`: a `stopdoctor.fix.GenerateFix` (the line under a runaway), or None."""
     g, d, request = result.generation, result.diagnosis, result.request
     missed = d.should_have_stopped
     turn = d.hallucinated_turn
@@ -76,6 +77,7 @@ def generation_document(result: GenerateResult) -> dict[str, Any]:
         "hallucinated_turn": None if turn is None else _turn(turn),
         "turns": [_turn(t) for t in d.turns],
         "runaway": g.finish_reason == "length" and d.runaway_signs,
+        "fix": None if fix is None else {"text": fix.text, "file": fix.file, "key": fix.key},
     }
     if g.server is not None:
         doc["server"] = g.server
@@ -86,8 +88,8 @@ def _turn(turn) -> dict[str, Any]:
     return {"step": turn.step, "role": turn.role, "evidence": turn.evidence, "offset": turn.offset, "source": turn.source}
 
 
-def render_generation_json(result: GenerateResult) -> str:
-    return json.dumps(generation_document(result), indent=2, ensure_ascii=False) + "\n"
+def render_generation_json(result: GenerateResult, fix: Any = None) -> str:
+    return json.dumps(generation_document(result, fix), indent=2, ensure_ascii=False) + "\n"
 
 
 def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
@@ -109,7 +111,8 @@ def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
     return f"length: ran to the token budget ({budget} new tokens)" if budget is not None else "length: ran to the token budget"
 
 
-def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False) -> str:
+def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False,
+                            fix: Any = None) -> str:
     out = capture(color, width)
     g, d, stops = result.generation, result.diagnosis, result.request.stops
     out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
@@ -149,9 +152,12 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
                   f"{why}")
         for reason in missed.reasons:
             out.print(f"              [dim]- {escape(reason)}[/]")
+    if fix is not None:
+        out.print(f"  [bold]fix[/]       {escape(fix.text)}")
     if d.counterfactual is not None:
         cf = d.counterfactual
-        out.print(f"  [bold]fix[/]       with stop ids {list(cf.stop_ids)} this would have ended at step {cf.step} "
+        label = "          " if fix is not None else "[bold]fix[/]       "
+        out.print(f"  {label}with stop ids {list(cf.stop_ids)} this would have ended at step {cf.step} "
                   f"with finish_reason=stop; {cf.wasted} tokens wasted")
     turn = d.hallucinated_turn
     if turn is not None:

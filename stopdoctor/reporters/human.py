@@ -33,7 +33,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         out.print(f"  missing   [yellow]{escape(', '.join(result.missing_files))}[/]")
     verdict = analysis.verdict
     clues = "; ".join(f"{e.clue} ({e.weight:+d})" for e in verdict.evidence) or "no clue either way"
-    out.print(f"  kind      [bold]{verdict.kind}[/]  [dim]{escape(clues)}[/]")
+    out.print(f"  kind      [bold]{verdict.kind}[/]  score {verdict.score:+d} (instruct at +1 or more with a strong "
+              f"clue, base at -2 or less)  [dim]{escape(clues)}[/]")
     if facts.templates:
         names = ", ".join(f"{t.name} ({t.location})" for t in facts.templates)
         out.print(f"  template  {escape(names)}")
@@ -71,7 +72,8 @@ def print_findings(out, findings, unfinished: str | None = None) -> None:
         out.print("[green]No findings.[/]")
     for f in findings:
         where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
-        out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}")
+        accepted = "  [dim](baseline: accepted)[/]" if f.baseline else ""
+        out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}{accepted}")
         out.print(f"        {escape(f.message)}")
         out.print(f"        [green]fix:[/] {escape(f.fix)}")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}

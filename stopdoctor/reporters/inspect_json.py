@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from stopdoctor import __version__
+from stopdoctor.analysis.verdict import KIND_RULE
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
@@ -58,6 +59,8 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
         "verdict": {
             "kind": analysis.verdict.kind,
             "evidence": [{"clue": e.clue, "weight": e.weight, "location": location(e.location)} for e in analysis.verdict.evidence],
+            "score": analysis.verdict.score,
+            "rule": KIND_RULE,
         },
         "end_of_turn": [
             {"text": e.text, "ids": list(e.ids), "single_special_token": e.single_special, "template": e.template,

@@ -125,6 +125,10 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
     out.print(f"  examples     {result.examples_ok} of {len(checked)} end every assistant turn with a trained "
               f"end-of-turn ({_percent(result.examples_ok, len(checked))}); {len(result.examples)} read")
     out.print(f"  end tokens   {result.spans_ok} of {len(spans)} trained ({_percent(result.spans_ok, len(spans))})")
+    if result.bad_lines:
+        more = f" (+{len(result.bad_lines) - 3} more)" if len(result.bad_lines) > 3 else ""
+        out.print(f"  bad lines    [yellow]{len(result.bad_lines)} bad lines skipped: "
+                  f"{escape('; '.join(result.bad_lines[:3]))}{more}[/]")
     dropped = result.dropped
     if dropped:
         shown = ", ".join(map(str, dropped[:10])) + (", …" if len(dropped) > 10 else "")
@@ -192,8 +196,9 @@ def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
                 "source": result.pad_note},
         "examples": {"read": len(result.examples), "checked": len(checked), "ok": result.examples_ok,
                      "share_ok": result.examples_ok / len(checked) if checked else None,
-                     "dropped": len(result.dropped)},
+                     "dropped": len(result.dropped), "bad_lines": len(result.bad_lines)},
         "dropped_examples": result.dropped,
+        "bad_lines": result.bad_lines[:100],
         "spans": {"total": len(spans), "trained": result.spans_ok,
                   "share_trained": result.spans_ok / len(spans) if spans else None,
                   "unlocated": sum(e.unlocated for e in result.examples)},

@@ -49,8 +49,10 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
         out.print(f"  [green]verdict[/]  a token-id match on encode(stop) fires in all {total} contexts "
                   f"({len(probe.variants)} id sequence(s)); matching the decoded text fires too")
     if probe.false_positives:
+        cut = ("as text only: a stop on the special token's id never fires there" if probe.special_token_id is not None
+               else "generation would be cut there")
         out.print(f"  [yellow]false positives[/]  {len(probe.false_positives)} match(es) in {probe.samples_checked} "
-                  "sample answers (generation would be cut there):")
+                  f"sample answers ({cut}):")
         for fp in probe.false_positives[:8]:
             out.print(f"    {escape(fp.sample)} @{fp.offset}: {escape(quoted(fp.excerpt))}")
         if len(probe.false_positives) > 8:
@@ -76,8 +78,10 @@ def render_probe_human(report: ProbeReport, color: bool = False, width: int = 10
         out.print(f"[bold]summary[/]  {len(failed)} of {len(report.stops)} stop string(s) would be missed by an id "
                   "match or fire inside ordinary answers (--fail-on-miss exits 1)")
     else:
+        only_quoted = any(s.probe.false_positives for s in report.stops)
         out.print(f"[bold]summary[/]  all {len(report.stops)} stop string(s) match by id in every context and "
-                  "fire in no sample answer")
+                  + ("fire by id in no sample answer (special tokens quoted as text do not count)" if only_quoted
+                     else "fire in no sample answer"))
     return text_of(out)
 
 

@@ -92,7 +92,7 @@ def sarif_document(report: Report, base: Path) -> dict[str, Any]:
     results = []
     for model in report.subjects:
         for finding in model.findings:
-            results.append(_result(model, finding, base, index))
+            results.append(_result(model, finding, base, index, report.baseline is not None))
     notifications = [
         {
             "level": "error",
@@ -114,7 +114,7 @@ def sarif_document(report: Report, base: Path) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def _result(model: Subject, finding: Finding, base: Path, index: dict[str, int]) -> dict[str, Any]:
+def _result(model: Subject, finding: Finding, base: Path, index: dict[str, int], baselined: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": finding.code,
         "level": LEVEL[finding.severity],
@@ -125,6 +125,8 @@ def _result(model: Subject, finding: Finding, base: Path, index: dict[str, int])
     }
     if finding.code in index:
         result["ruleIndex"] = index[finding.code]
+    if baselined:
+        result["baselineState"] = "unchanged" if finding.baseline else "new"
     place = locate(model, finding)
     if place is not None:
         uri, relative = relative_uri(place.path, base)

@@ -212,8 +212,9 @@ def eos_not_appended(subject: LabelsInput, self: Check):
     `{"text": "Once upon a time."}` tokenized without eos.
 
     Fix:
-    Append `eos_token` to every text and completion (or check with `--append-eos` when the trainer
-    does it); for chat rows, use a template that closes every assistant turn.
+    Append `eos_token` to every text and completion (the TRL collators model SFTTrainer, which
+    does it; `--no-append-eos` models a loop that does not); for chat rows, use a template that
+    closes every assistant turn.
     """
     analysis, result = subject.analysis, subject.labels
     share, indices, spans = _share(result, (ABSENT,))

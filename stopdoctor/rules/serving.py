@@ -10,6 +10,7 @@ llama.cpp `src/llama-chat.cpp`; Ollama `runner/llamarunner/runner.go`, `model/mo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
@@ -87,6 +88,9 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
     `--generation-config DIR` names; for a GGUF only the tokenizer eos.
     llama.cpp server: the GGUF eos/eot/eom ids (after `--override-kv`) plus its end-of-generation
     texts, plus `-r` strings. Ollama: the GGUF eos id plus `PARAMETER stop` strings.
+    One root cause, one finding: when `--ignore-eos`/`ignore_eos` is set (SD405) or the config
+    serves another family's template (SD402), that finding is reported and this one rides along
+    in its evidence (`also`), so that no two fixes contradict each other.
 
     Why it matters:
     The model ends its turn with the marker; a server that does not stop there lets it write the
@@ -111,11 +115,35 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
     vocabulary ends on `tokenizer.ggml.eos_token_id` plus `tokenizer.ggml.eos_token_ids`.
     """
     analysis, serving = subject.analysis, subject.serving
-    if serving.kind == "request":
+    # One root cause, one finding: a server told to ignore eos (SD405) or given another family's
+    # template (SD402) misses the end-of-turn because of that; those findings carry this as evidence.
+    if _ignores_eos(serving) or _template_mismatch(analysis, serving) is not None:
         return
+    for miss in _missed_end_of_turn(analysis, serving):
+        yield self.finding(miss.message, miss.fix, serving.location(miss.key), severity=miss.severity, **miss.evidence)
+
+
+@dataclass(frozen=True)
+class _Miss:
+    """An end-of-turn marker the server, as configured, does not stop on (SD401's finding)."""
+
+    message: str
+    fix: str
+    key: str
+    severity: Severity | None
+    evidence: dict
+
+
+def _ignores_eos(serving: ServingConfig) -> bool:
+    return serving.ignore_eos is not None and bool(serving.ignore_eos.value)
+
+
+def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Miss]:
+    if serving.kind == "request":
+        return []
     stops = served_stops(analysis.facts, serving, analysis.stops)
     if not stops.known:
-        return
+        return []
     llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
     markers = [(text, token_id, origin) for text, token_id, origin in _end_markers(analysis, serving)
                if text.strip() and (token_id is None or analysis.stop_hazard(token_id) is None)]
@@ -125,32 +153,38 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
                 or any(stop and stop in text for stop in stops.texts) or text.strip() in stops.texts)
 
     if any(stops_on(text, token_id) for text, token_id, _ in markers):
-        return  # the turn ends at the first marker the server stops on
+        return []  # the turn ends at the first marker the server stops on
     if analysis.turns is None or analysis.turns.style != "next-header":
         markers = markers[-1:]  # the turn's last closing token is the one to add
+    misses = []
     for text, token_id, origin in markers:
         if serving.kind == "ollama" and token_id is not None and token_id in llama_eog:
-            yield self.finding(
+            misses.append(_Miss(
                 f"{text} (id {token_id}) is no PARAMETER stop and not the GGUF eos: Ollama's llama.cpp runner stops "
                 f"on it (end-of-generation list), its own engine does not",
-                f'add PARAMETER stop "{text}"', serving.location("PARAMETER stop"), severity=Severity.WARNING,
-                end_of_turn=text, id=token_id, stops=sorted(stops.ids))
+                f'add PARAMETER stop "{text}"', "PARAMETER stop", Severity.WARNING,
+                dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids))))
             continue
         shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
         if serving.kind == "ollama":
             fix, key = f'add PARAMETER stop "{text}"', "PARAMETER stop"
         elif serving.kind == "llamacpp":
-            fix = (f"add --override-kv tokenizer.ggml.eot_token_id=int:{token_id}" if token_id is not None
-                   else f"add -r {text!r} (or fix the template)")
-            key = "--override-kv"
+            fix, key = ((f"add --override-kv tokenizer.ggml.eot_token_id=int:{token_id}", "--override-kv") if token_id is not None
+                        else (f"add -r {text!r} (or fix the template)", "-r"))
         else:
             fix = (f"add {token_id} to the generation config eos_token_id (stopdoctor fix MODEL --write) and serve "
                    f"with --generation-config auto" if token_id is not None else "use a template whose end-of-turn is a special token")
             key = serving.generation_config.key if serving.generation_config else "--generation-config"
-        yield self.finding(
+        misses.append(_Miss(
             f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
             f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
-            fix, serving.location(key), end_of_turn=text, id=token_id, stops=sorted(stops.ids), stop_texts=list(stops.texts))
+            fix, key, None, dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids), stop_texts=list(stops.texts))))
+    return misses
+
+
+def _also(misses: list[_Miss]) -> dict:
+    """SD401's finding, folded into the root cause's finding as evidence."""
+    return {"also": "; ".join(f"SD401 serving-drops-end-of-turn follows from it: {m.message}" for m in misses)} if misses else {}
 
 
 @check("SD402", "serving-template-mismatch", Severity.ERROR, input=ServingInput)
@@ -212,22 +246,34 @@ def serving_template_mismatch(subject: ServingInput, self: Check):
                 "copy the turn markers of the model's own chat template into TEMPLATE",
                 serving.location(serving.template.key), severity=Severity.WARNING, markers=foreign)
         return
-    ends = _end_markers(analysis, serving)
-    if serving.template is None and serving.template_name is None:
+    mismatch = _template_mismatch(analysis, serving)
+    if mismatch is None:
         return
+    message, fix, key, evidence = mismatch
+    yield self.finding(message, fix, serving.location(key), **evidence, **_also(_missed_end_of_turn(analysis, serving)))
+
+
+def _template_mismatch(analysis: Analysis, serving: ServingConfig) -> tuple[str, str, str, dict] | None:
+    """(message, fix, key, evidence) when a vLLM or llama.cpp config serves a template whose turns
+    end otherwise than the model's own (SD402), else None."""
+    if serving.kind in ("request", "ollama") or (serving.template is None and serving.template_name is None):
+        return None
+    model_ends = {m.text for m in analysis.end_of_turn}
+    if not model_ends:
+        return None
+    ends = _end_markers(analysis, serving)
     key = (serving.template or serving.template_name).key
     if not ends:
         if serving.template is not None:
-            yield self.finding(f"the template given by {key} never closes an assistant turn",
-                               "use the model's own chat template", serving.location(key))
-        return
+            return (f"the template given by {key} never closes an assistant turn", "use the model's own chat template",
+                    key, {})
+        return None
     served = {text for text, _, _ in ends}
-    if not served & model_ends:
-        yield self.finding(
-            f"the template given by {key} ends turns with {', '.join(sorted(served))}; the model's own ends them with "
-            f"{', '.join(sorted(model_ends))}",
-            "use the model's own chat template (drop the flag)", serving.location(key),
-            served=sorted(served), model=sorted(model_ends))
+    if served & model_ends:
+        return None
+    return (f"the template given by {key} ends turns with {', '.join(sorted(served))}; the model's own ends them with "
+            f"{', '.join(sorted(model_ends))}", "use the model's own chat template (drop the flag)", key,
+            dict(served=sorted(served), model=sorted(model_ends)))
 
 
 def _tokenizer(analysis: Analysis):
@@ -376,9 +422,14 @@ def ignore_eos_set(subject: ServingInput, self: Check):
     analysis, serving = subject.analysis, subject.serving
     if serving.ignore_eos is None or not serving.ignore_eos.value:
         return
+    ends = [m.text for m in analysis.end_of_turn]
+    evidence = {"end_of_turn": ends[0]} if len(ends) == 1 else {"end_of_turn": ends} if ends else {}
+    if _template_mismatch(analysis, serving) is None:
+        evidence.update(_also(_missed_end_of_turn(analysis, serving)))
+    shown = f" {', '.join(ends)}" if ends else ""
     yield self.finding(
-        f"{serving.ignore_eos.key} is set: generation ignores the end-of-turn and runs to the token limit",
-        f"remove {serving.ignore_eos.key}", serving.location(serving.ignore_eos.key))
+        f"{serving.ignore_eos.key} is set: generation ignores the end-of-turn{shown} and runs to the token limit",
+        f"remove {serving.ignore_eos.key}", serving.location(serving.ignore_eos.key), **evidence)
 
 
 @check("SD406", "max-tokens-truncates", Severity.WARNING, input=ServingInput)

@@ -93,11 +93,12 @@ def fragment_test(context: ModelContext, engine: Engine, max_new_tokens: int = 4
                     "turn enders", "template end-of-turn, tokenizer eos and every runtime's stop ids")
     probes = []
     raw = build_prompt(facts, prompt=FRAGMENT, raw=True)
+    # Rendered before any generation: the render time limit is for rendering, not for the model.
+    prompt = build_prompt(facts, messages=[{"role": "user", "content": QUESTION}]) if facts.template is not None else None
     generation = engine.generate(raw, stops, max_new_tokens)
     probes.append(FragmentProbe("raw fragment", FRAGMENT, generation, generation.finish_reason == FINISH_STOP))
     chat = None
-    if facts.template is not None:
-        prompt = build_prompt(facts, messages=[{"role": "user", "content": QUESTION}])
+    if prompt is not None:
         generation = engine.generate(prompt, stops, max_new_tokens)
         chat = FragmentProbe("chat question", QUESTION, generation, generation.finish_reason == FINISH_STOP)
         probes.append(chat)

@@ -108,6 +108,7 @@ class LabelsResult:
     eos_id: int | None
     axolotl_ids: frozenset[int] = frozenset()  # ids the axolotl collator trains after a turn
     examples: list[LabelledExample] = field(default_factory=list)
+    bad_lines: list[str] = field(default_factory=list)  # rows skipped as malformed: "line N: why"
 
     @property
     def spans(self) -> list[Span]:

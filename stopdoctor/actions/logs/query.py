@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
-from stopdoctor.core.errors import InputError, MissingDependencyError
+from stopdoctor.core.errors import InputError, MissingDependencyError, require_file
 from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, normalise_sql, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
@@ -149,8 +149,7 @@ def _check_inputs(paths: Sequence[str]) -> None:
     for path in paths:
         if is_remote(path):
             continue
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such file")
+        require_file(path)
 
 
 RUNNING_DONE = 99.9  # the most progress reported before the query has returned
