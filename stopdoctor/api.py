@@ -27,7 +27,8 @@ from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_facts
 from stopdoctor.facts.resolve import resolve
 from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput
+from stopdoctor.analysis.weights import WeightsReport, analyze_weights
+from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
 from stopdoctor.rules.runner import rules_for, run_rules
 from stopdoctor.runtimes.stops import primary_runtime
 from stopdoctor.template.sandbox import render_deadline
@@ -42,6 +43,7 @@ class InspectResult:
     facts: ModelFacts
     analysis: Analysis
     findings: list[Finding]
+    weights: WeightsReport | None = None  # `inspect --weights`: the rows that matter for stopping
 
     @property
     def missing_files(self) -> list[str]:
@@ -72,13 +74,30 @@ def model_findings(analysis: Analysis) -> list[Finding]:
     return _located(analysis.facts, run_rules(analysis))
 
 
-def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
-    """`stopdoctor inspect`: read a model's files, analyse them, run the model rules."""
+def inspect_model(spec: str, revision: str | None = None, weights: bool = False) -> InspectResult:
+    """`stopdoctor inspect`: read a model's files, analyse them, run the model rules; `weights`:
+    also read the embedding/output rows that matter for stopping and run the weights rules."""
     facts = load(spec, revision)
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
         findings = model_findings(analysis)
-    return InspectResult(facts.source, facts, analysis, findings)
+    result = InspectResult(facts.source, facts, analysis, findings)
+    return with_weights(result) if weights else result
+
+
+def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding]:
+    """The weights rules (SD8xx) on a model and the rows read from its weights."""
+    return _located(analysis.facts, run_rules(WeightsInput(analysis, weights)))
+
+
+def with_weights(result: InspectResult) -> InspectResult:
+    """`result` with its weight rows read and judged, and the weights findings added."""
+    if result.source.kind == "hub":
+        raise InputError(f"{result.source.spec}: --weights reads local weight files; hub ids are not supported yet",
+                         hint="download the model (hf download ORG/NAME) and pass its folder")
+    report = analyze_weights(result.analysis)
+    findings = sorted([*result.findings, *weights_findings(result.analysis, report)], key=lambda f: (-f.severity, f.code))
+    return replace(result, findings=findings, weights=report)
 
 
 def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
@@ -98,7 +117,8 @@ def rule_codes(kinds: Iterable[type]) -> list[str]:
 
 def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
     """The one report of an inspected model, for any reporter."""
-    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([Analysis])),
+    kinds = [Analysis] + ([WeightsInput] if result.weights is not None else [])
+    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes(kinds)),
                       _model_files(result.source), result)
     return Report(command, [subject], fail_on)
 

@@ -12,14 +12,15 @@ from stopdoctor.cli import ColorOpt, FailOnOpt, JsonOpt, ModelArg, RevisionOpt, 
 @app.command()
 @handles_errors
 def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False, fail_on: FailOnOpt = "error",
-            color: ColorOpt = None) -> int:
+            color: ColorOpt = None,
+            weights: Annotated[bool, typer.Option("--weights", help="Also read the end-of-turn, eos, bos, pad and header rows of the embedding and output matrices (no torch, seconds): is the end-of-turn token trained?")] = False) -> int:
     """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
     threshold = parse_severity(fail_on)
     from stopdoctor.api import inspect_model
     from stopdoctor.core.findings import exit_code
 
     with working(f"inspecting {model}…"):
-        result = inspect_model(model, revision)
+        result = inspect_model(model, revision, weights=weights)
     if json:
         from stopdoctor.reporters.inspect_json import render_inspect_json
 

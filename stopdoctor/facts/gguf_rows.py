@@ -1,0 +1,65 @@
+"""Read a few rows of a GGUF tensor (`token_embd`, `output`) and de-quantise only those.
+
+GGUF lists a matrix's shape row length first: `token_embd.weight` is [hidden, vocab], so token
+`i`'s row is the i-th run of `hidden` elements, `hidden / block` blocks of the tensor's type.
+Each row's blocks are read with `pread` and de-quantised by `gguf.quants` (F32, F16, BF16, Q8_0,
+Q4_0/1, Q5_0/1, the K-quants, the IQ types: whatever gguf-py knows).
+
+Imports: numpy, stopdoctor.core.errors, stopdoctor.facts.gguf; `gguf` (pure numpy) lazily.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from stopdoctor.core.errors import InputError
+from stopdoctor.facts.gguf import GGUFTensor
+
+
+def type_name(tensor_type: int) -> str:
+    from gguf.constants import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(tensor_type).name
+    except ValueError:
+        return f"type {tensor_type}"
+
+
+def read_gguf_rows(path: Path, tensor: GGUFTensor, ids: Iterable[int]) -> dict[int, np.ndarray]:
+    """Rows `ids` of a 2-D GGUF tensor as float32 vectors; ids past the matrix are skipped."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    if len(tensor.shape) != 2:
+        raise InputError(f"{path.name}: tensor {tensor.name!r} has shape {list(tensor.shape)}, not [columns, rows]")
+    width, count = tensor.shape
+    try:
+        qtype = GGMLQuantizationType(tensor.type)
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise InputError(f"{path.name}: tensor {tensor.name!r} has a ggml type ({tensor.type}) gguf-py cannot read") from None
+    if width % block:
+        raise InputError(f"{path.name}: tensor {tensor.name!r}: rows of {width} do not split into {qtype.name} blocks of {block}")
+    row_bytes = width // block * block_bytes
+    size = path.stat().st_size
+    if tensor.start + count * row_bytes > size:
+        raise InputError(f"{path.name}: the data of tensor {tensor.name!r} runs past the end of the file")
+    wanted = sorted({i for i in ids if 0 <= i < count})
+    rows: dict[int, np.ndarray] = {}
+    if not wanted:
+        return rows
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = np.frombuffer(b"".join(os.pread(fd, row_bytes, tensor.start + i * row_bytes) for i in wanted),
+                            dtype=np.uint8).reshape(len(wanted), row_bytes)
+    finally:
+        os.close(fd)
+    try:
+        values = dequantize(raw, qtype).astype(np.float32, copy=False).reshape(len(wanted), width)
+    except (NotImplementedError, ValueError) as error:
+        raise InputError(f"{path.name}: cannot de-quantise {qtype.name} rows: {error}") from None
+    return {token_id: values[k] for k, token_id in enumerate(wanted)}
