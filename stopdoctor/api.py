@@ -200,3 +200,36 @@ def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.
     files = {**_model_files(result.source), Path(data).name: Path(data)}
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
     return Report("labels", [subject], fail_on)
+
+
+# --- stop-odds -------------------------------------------------------------------------------
+
+
+def stop_odds(spec: str, data: str | None = None, limit: int | None = None, device: str = "auto",
+              revision: str | None = None, batch_size: int | None = None, allow_pickle: bool = False,
+              progress: Callable[[str], None] | None = None) -> Any:
+    """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
+    reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
+    Loads the model with torch (imported here, lazily)."""
+    from stopdoctor.actions.generate.run import LocalEngine
+    from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
+
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    if batch_size is not None and not 1 <= batch_size <= 1024:
+        raise InputError("--batch-size must be between 1 and 1024")
+    result = inspect_model(spec, revision)
+    rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
+    contexts, skipped = build_contexts(result.facts, result.analysis, rows)
+    if not contexts:
+        why = skipped[0][1] if skipped else "no example"
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
+    say = progress or (lambda message: None)
+    engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
+    odds, tokens, seconds = measure(engine, contexts, batch_size,
+                                    lambda done, total: say(f"measured {done}/{total} examples…"))
+    errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
+    targets = {i for c in contexts for i in c.targets}
+    names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
+    kind, reason = verdict(odds, errors, names)
+    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)

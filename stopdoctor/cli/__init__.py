@@ -243,7 +243,7 @@ def width_for_stdout() -> int:
 
 from stopdoctor.cli import inspect as _inspect  # noqa: E402,F401  (registers commands)
 
-for _optional in ("render", "probe", "generate", "check", "fix", "labels", "logs"):
+for _optional in ("render", "probe", "generate", "check", "fix", "labels", "logs", "stop_odds"):
     try:
         __import__(f"{__name__}.{_optional}")
     except ModuleNotFoundError as _missing:  # a command module not written yet
