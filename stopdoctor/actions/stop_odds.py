@@ -26,7 +26,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.weights import stop_targets
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.template.sandbox import render_chat
+from stopdoctor.template.sandbox import render_chat, render_deadline
 
 # Short questions with a one-sentence answer: where an instruct model ends its turn at once.
 REFERENCE = (
@@ -119,22 +119,27 @@ def build_contexts(facts: ModelFacts, analysis: Analysis, rows: Iterable[tuple[s
     for index, (source, row) in enumerate(rows):
         messages = _messages(row)
         try:
-            if messages is not None and facts.template is not None and turn_ids:
-                ids, preview = _chat_context(facts, messages)
-                contexts.append(Context(index, source, ids, turn_ids, "chat", preview))
-            else:
-                text = _plain_text(row)
-                if text is None:
-                    raise InputError("a chat row, but the model has no chat template that ends assistant turns")
-                if not eos_ids:
-                    raise InputError("plain text, but the model declares no eos to end it with")
-                from stopdoctor.actions.generate.run import build_prompt
-
-                prompt = build_prompt(facts, prompt=text, raw=True)
-                contexts.append(Context(index, source, prompt.ids[-MAX_CONTEXT_TOKENS:], eos_ids, "text", text[-60:]))
+            with render_deadline(own=True):  # a row's renders have their own time: a dataset can be long
+                contexts.append(_context(facts, index, source, row, messages, turn_ids, eos_ids))
         except InputError as error:
             skipped.append((source, error.message))
     return contexts, skipped
+
+
+def _context(facts: ModelFacts, index: int, source: str, row: dict, messages: list[dict] | None,
+             turn_ids: tuple[int, ...], eos_ids: tuple[int, ...]) -> Context:
+    if messages is not None and facts.template is not None and turn_ids:
+        ids, preview = _chat_context(facts, messages)
+        return Context(index, source, ids, turn_ids, "chat", preview)
+    text = _plain_text(row)
+    if text is None:
+        raise InputError("a chat row, but the model has no chat template that ends assistant turns")
+    if not eos_ids:
+        raise InputError("plain text, but the model declares no eos to end it with")
+    from stopdoctor.actions.generate.run import build_prompt
+
+    prompt = build_prompt(facts, prompt=text, raw=True)
+    return Context(index, source, prompt.ids[-MAX_CONTEXT_TOKENS:], eos_ids, "text", text[-60:])
 
 
 def _messages(row: dict) -> list[dict] | None:
@@ -238,3 +243,62 @@ def verdict(examples: list[ExampleOdds], static_errors: list[str], target_text: 
         return "weights", (f"the weights never learned to stop: {share}, at most {best:.2g} — "
                            f"no stop configuration can fix that (see `inspect --weights`)")
     return "weak", f"the weights end turns only sometimes ({share}): answers may run on"
+
+
+# --- evidence for generate and check --live ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopEvidence:
+    """Whether the weights can end a turn, from the two cheap witnesses a loaded model allows:
+    the end-of-turn rows (`inspect --weights`) and P(end-of-turn) on the built-in reference
+    answers (one batch). A low P during a generation proves nothing alone: mid-essay, a healthy
+    model gives its end-of-turn 1e-7 too."""
+
+    reference_median: float | None
+    reference_examples: int
+    weights: object = None  # WeightsReport, None when the rows could not be read
+    target: str = "the end-of-turn token"
+
+    @property
+    def untrained_rows(self) -> list:
+        return list(self.weights.untrained_targets) if self.weights is not None else []
+
+    @property
+    def never_stops(self) -> bool:
+        return bool(self.untrained_rows) or (self.reference_median is not None and self.reference_median < NEVER)
+
+    def explain(self) -> str:
+        parts = []
+        if self.reference_median is not None:
+            parts.append(f"on {self.reference_examples} reference answers it gives {self.target} a median P of "
+                         f"{self.reference_median:.4f} (a model that ends its turns: > {LEARNED})")
+        if self.untrained_rows:
+            row = self.untrained_rows[0]
+            parts.append(f"{row.text} (id {row.id}) has an untrained row: {row.reasons[0]}")
+        return "; ".join(parts)
+
+
+def reference_contexts(facts: ModelFacts, analysis: Analysis) -> list[Context]:
+    """The built-in conversations as contexts: rendered before a model loads, so that the
+    command's template-render deadline is never spent waiting for the weights."""
+    return build_contexts(facts, analysis, reference_rows())[0]
+
+
+def stop_evidence(facts: ModelFacts, analysis: Analysis, engine, contexts: list[Context] | None = None) -> StopEvidence:
+    """`contexts`: `reference_contexts(...)`, prepared before the model was loaded."""
+    from stopdoctor.analysis.weights import analyze_weights
+    from stopdoctor.core.errors import StopdoctorError
+
+    try:
+        weights = analyze_weights(analysis)
+    except StopdoctorError:
+        weights = None  # weights in a form the row reader does not know: the odds speak alone
+    if contexts is None:
+        contexts = reference_contexts(facts, analysis)
+    median = None
+    if contexts:
+        odds, _, _ = measure(engine, contexts)
+        median = statistics.median(e.p_end_of_turn for e in odds)
+    names = [facts.vocab.text_of(i) or str(i) for i in stop_targets(analysis)]
+    return StopEvidence(median, len(contexts), weights, " / ".join(names) or "the end-of-turn token")

@@ -83,6 +83,12 @@ def generate(
         chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
         built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
         stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), list(stop or []))
+    reference = None
+    if server is None and not fragment_test:
+        from stopdoctor.actions.stop_odds import reference_contexts
+
+        # rendered now: if the run goes to the budget, these say whether the weights can end a turn
+        reference = reference_contexts(context.facts, context.analysis)
     if server is not None:
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
@@ -102,13 +108,21 @@ def generate(
     sampling = Sampling(temperature, top_p, seed)
     with working(f"generating up to {max_new_tokens} tokens…"):
         result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+    evidence = None
+    if server is None and result.generation.finish_reason == "length" and not result.diagnosis.runaway_signs:
+        from stopdoctor.actions.stop_odds import stop_evidence
+
+        with working("the run went to the budget: measuring whether the weights can end a turn…"):
+            evidence = stop_evidence(context.facts, context.analysis, engine, reference)
     if json:
         from stopdoctor.reporters.generation import render_generation_json
 
-        emit(render_generation_json(result))
+        emit(render_generation_json(result, evidence))
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
         emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace,
-                                     max_new_tokens=max_new_tokens))
+                                     max_new_tokens=max_new_tokens, evidence=evidence))
+    if evidence is not None and evidence.never_stops:
+        return 1  # a runaway the weights cause: no stop configuration ends it
     return exit_code(result.generation, result.diagnosis)

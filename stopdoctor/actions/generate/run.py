@@ -32,7 +32,7 @@ from stopdoctor.core.types import Location, ModelSource
 from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
 from stopdoctor.facts.resolve import resolve
 from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
-from stopdoctor.template.sandbox import render_chat
+from stopdoctor.template.sandbox import render_chat, render_deadline
 
 INSTALL_HINT = "pip install 'stopdoctor[runtime]'  (torch and accelerate)"
 USER_STOP = Location("--stop-id")
@@ -333,6 +333,7 @@ class LocalEngine:
     device: str
     name: str = "transformers"
     _torch: Any = field(default=None, repr=False)
+    watch: tuple[int, ...] = ()  # ids whose summed probability each step records (the end-of-turn)
 
     @classmethod
     def load(cls, facts: ModelFacts, device: str = "auto", allow_pickle: bool = False,
@@ -410,7 +411,7 @@ class LocalEngine:
                 next_id = self._pick(result.logits[:, -1, :], sampling, generator)
                 token_id = int(next_id)
                 piece = detok.push(token_id)
-                steps.append(Step(step, token_id, piece, token_id in special))
+                steps.append(Step(step, token_id, piece, token_id in special, self._p_watched(result.logits[:, -1, :])))
                 stop = by_id.get(token_id)
                 if stop is not None:
                     # Runtimes never show the stop token: its text stays out of the reported text.
@@ -437,6 +438,12 @@ class LocalEngine:
             out.append(rest)
             cause = StopCause("length", step=len(steps) - 1 if steps else None)
         return Generation(cause.finish_reason, cause, "".join(out), tuple(steps), prompt.text, len(prompt.ids))
+
+    def _p_watched(self, logits: Any) -> float | None:
+        if not self.watch:
+            return None
+        ids = [i for i in self.watch if 0 <= i < logits.shape[-1]]
+        return float(self._torch.softmax(logits.float(), dim=-1)[0, ids].sum()) if ids else None
 
     def _pick(self, logits: Any, sampling: Sampling, generator: Any) -> Any:
         torch = self._torch
@@ -622,10 +629,19 @@ def load_context(spec: str, revision: str | None = None) -> ModelContext:
     return ModelContext(facts, analyze(facts))
 
 
+def watch_end_of_turn(engine: LocalEngine | ServerEngine, analysis: Analysis) -> None:
+    """Have a local engine record P(end-of-turn) at every step (a server gives no probabilities)."""
+    if isinstance(engine, LocalEngine):
+        from stopdoctor.analysis.weights import stop_targets
+
+        engine.watch = stop_targets(analysis)
+
+
 def run_generate(context: ModelContext, engine: LocalEngine | ServerEngine, prompt: Prompt, stops: StopSet,
                  max_new_tokens: int, sampling: Sampling = Sampling()) -> GenerateResult:
     if max_new_tokens < 1:
         raise InputError("--max-new-tokens must be at least 1")
+    watch_end_of_turn(engine, context.analysis)
     generation = engine.generate(prompt, stops, max_new_tokens, sampling)
     enders = turn_enders(context.analysis)
     diagnosis = diagnose(generation, enders, stops.id_list, turn_headers(context.analysis),
@@ -654,6 +670,7 @@ class FragmentVerdict:
     verdict: str  # instruct | base | unclear
     reason: str
     probes: tuple[FragmentProbe, ...]
+    evidence: Any = None  # stopdoctor.actions.stop_odds.StopEvidence, when measured (check --live)
 
 
 def fragment_test(context: ModelContext, engine: LocalEngine | ServerEngine, max_new_tokens: int = 48) -> FragmentVerdict:
@@ -661,6 +678,7 @@ def fragment_test(context: ModelContext, engine: LocalEngine | ServerEngine, max
     text. Every probe stops on any turn-ending id (template end-of-turn, eos, any runtime's stops)."""
     facts, analysis = context.facts, context.analysis
     enders = turn_enders(analysis)
+    watch_end_of_turn(engine, analysis)
     stops = StopSet(tuple(StopId(i, e.text, Location("(any turn-ending token)")) for i, e in enders.items()), (),
                     "turn enders", "template end-of-turn, tokenizer eos and every runtime's stop ids")
     probes = []
@@ -669,7 +687,8 @@ def fragment_test(context: ModelContext, engine: LocalEngine | ServerEngine, max
     probes.append(FragmentProbe("raw fragment", FRAGMENT, generation, generation.finish_reason == FINISH_STOP))
     chat = None
     if facts.template is not None:
-        prompt = build_prompt(facts, messages=[{"role": "user", "content": QUESTION}])
+        with render_deadline(own=True):  # a render of its own: the command's deadline may be spent on the run above
+            prompt = build_prompt(facts, messages=[{"role": "user", "content": QUESTION}])
         generation = engine.generate(prompt, stops, max_new_tokens)
         chat = FragmentProbe("chat question", QUESTION, generation, generation.finish_reason == FINISH_STOP)
         probes.append(chat)
