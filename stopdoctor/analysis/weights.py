@@ -195,12 +195,14 @@ def copies_of(rows: Mapping[int, np.ndarray]) -> dict[int, int]:
         return {}
     matrix = np.stack([rows[i] for i in ids]).astype(np.float32)
     norms = np.linalg.norm(matrix, axis=1)
-    cosines = (matrix / norms[:, None]) @ (matrix / norms[:, None]).T
-    np.fill_diagonal(cosines, -1.0)
-    close = np.abs(norms[:, None] - norms[None, :]) <= COPY_NORM_RATIO * np.maximum(norms[:, None], norms[None, :])
-    similar = np.where((cosines >= COPY_COSINE) & close, cosines, -1.0)
-    best = similar.argmax(axis=1)
-    return {ids[k]: ids[int(best[k])] for k in np.flatnonzero(similar.max(axis=1) >= COPY_COSINE).tolist()}
+    unit = matrix / norms[:, None]
+    cosines = unit @ unit.T
+    found: dict[int, tuple[float, int]] = {}
+    for a, b in np.argwhere(cosines >= COPY_COSINE).tolist():  # few pairs: only near-identical rows
+        if a != b and abs(norms[a] - norms[b]) <= COPY_NORM_RATIO * max(norms[a], norms[b]):
+            if a not in found or cosines[a, b] > found[a][0]:
+                found[a] = (float(cosines[a, b]), b)
+    return {ids[a]: ids[b] for a, (_, b) in found.items()}
 
 
 def _unsloth(token_id: int, weights: WeightRows, candidates: Iterable[int]) -> bool:
@@ -257,6 +259,6 @@ def analyze_weights(analysis: Analysis) -> WeightsReport:
     from stopdoctor.facts.weights import read_weight_rows
 
     plan = rows_to_read(analysis)
-    weights = read_weight_rows(analysis.facts.source, plan.ids)
+    weights = read_weight_rows(analysis.facts.source, plan.ids, analysis.facts.gguf)
     vocab = analysis.facts.vocab
     return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})

@@ -64,17 +64,18 @@ class WeightRows:
         return self.output is None
 
 
-def find_matrices(source: ModelSource) -> tuple[str, Matrix, Matrix | None]:
-    """(format, embedding, output or None when tied); InputError when the model has no weights."""
+def find_matrices(source: ModelSource, gguf_header: object = None) -> tuple[str, Matrix, Matrix | None]:
+    """(format, embedding, output or None when tied); InputError when the model has no weights.
+    `gguf_header`: the GGUF header already read (`ModelFacts.gguf`), so it is not parsed twice."""
     if source.kind == "gguf":
-        return ("gguf", *_gguf_matrices(next(iter(source.files.values()))))
+        return ("gguf", *_gguf_matrices(next(iter(source.files.values())), gguf_header))
     return ("safetensors", *_safetensors_matrices(source.root))
 
 
-def read_weight_rows(source: ModelSource, ids: Iterable[int]) -> WeightRows:
+def read_weight_rows(source: ModelSource, ids: Iterable[int], gguf_header: object = None) -> WeightRows:
     """The rows of `ids` (ids past a matrix are left out) of the embedding and output matrices."""
     started = time.perf_counter()
-    fmt, embedding, output = find_matrices(source)
+    fmt, embedding, output = find_matrices(source, gguf_header)
     ids = sorted(set(ids))
     read = _read_gguf if fmt == "gguf" else _read_safetensors
     embedding_rows = read(embedding, ids)
@@ -85,11 +86,12 @@ def read_weight_rows(source: ModelSource, ids: Iterable[int]) -> WeightRows:
 # --- GGUF ------------------------------------------------------------------------------------
 
 
-def _gguf_matrices(path: Path) -> tuple[Matrix, Matrix | None]:
+def _gguf_matrices(path: Path, header: object = None) -> tuple[Matrix, Matrix | None]:
     from stopdoctor.facts.gguf import read_header
     from stopdoctor.facts.gguf_rows import type_name
 
-    header = read_header(path)
+    if header is None or getattr(header, "path", None) != path:
+        header = read_header(path)
 
     def matrix(role: str, name: str) -> Matrix | None:
         tensor = header.tensors.get(name)
