@@ -26,7 +26,8 @@ from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput
+from stopdoctor.analysis.weights import WeightsReport, analyze_weights
+from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 from stopdoctor.rules.runner import rules_for, run_rules
 from stopdoctor.template.limits import render_deadline
@@ -48,13 +49,30 @@ def model_findings(analysis: Analysis) -> list[Finding]:
     return _located(analysis.facts, run_rules(analysis))
 
 
-def inspect_model(spec: str, revision: str | None = None) -> InspectResult:
-    """`stopdoctor inspect`: read a model's files, analyse them, run the model rules."""
+def inspect_model(spec: str, revision: str | None = None, weights: bool = False) -> InspectResult:
+    """`stopdoctor inspect`: read a model's files, analyse them, run the model rules; `weights`:
+    also read the embedding/output rows that matter for stopping and run the weights rules."""
     facts = load(spec, revision)
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
         findings = model_findings(analysis)
-    return InspectResult(facts.source, facts, analysis, findings)
+    result = InspectResult(facts.source, facts, analysis, findings)
+    return with_weights(result) if weights else result
+
+
+def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding]:
+    """The weights rules (SD8xx) on a model and the rows read from its weights."""
+    return _located(analysis.facts, run_rules(WeightsInput(analysis, weights)))
+
+
+def with_weights(result: InspectResult) -> InspectResult:
+    """`result` with its weight rows read and judged, and the weights findings added."""
+    if result.source.kind == "hub":
+        raise InputError(f"{result.source.spec}: --weights reads local weight files; hub ids are not supported yet",
+                         hint="download the model (hf download ORG/NAME) and pass its folder")
+    report = analyze_weights(result.analysis)
+    findings = sorted([*result.findings, *weights_findings(result.analysis, report)], key=lambda f: (-f.severity, f.code))
+    return replace(result, findings=findings, weights=report)
 
 
 def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
@@ -74,7 +92,8 @@ def rule_codes(kinds: Iterable[type]) -> list[str]:
 
 def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
     """The one report of an inspected model, for any reporter."""
-    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([Analysis])),
+    kinds = [Analysis] + ([WeightsInput] if result.weights is not None else [])
+    subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes(kinds)),
                       _model_files(result.source), result)
     return Report(command, [subject], fail_on)
 
@@ -149,3 +168,36 @@ def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.
     files = {**_model_files(result.source), Path(data).name: Path(data)}
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
     return Report("labels", [subject], fail_on)
+
+
+# --- stop-odds -------------------------------------------------------------------------------
+
+
+def stop_odds(spec: str, data: str | None = None, limit: int | None = None, device: str = "auto",
+              revision: str | None = None, batch_size: int | None = None, allow_pickle: bool = False,
+              progress: Callable[[str], None] | None = None) -> Any:
+    """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
+    reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
+    Loads the model with torch (imported here, lazily)."""
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
+
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    if batch_size is not None and not 1 <= batch_size <= 1024:
+        raise InputError("--batch-size must be between 1 and 1024")
+    result = inspect_model(spec, revision)
+    rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
+    contexts, skipped = build_contexts(result.facts, result.analysis, rows)
+    if not contexts:
+        why = skipped[0][1] if skipped else "no example"
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
+    say = progress or (lambda message: None)
+    engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
+    odds, tokens, seconds = measure(engine, contexts, batch_size,
+                                    lambda done, total: say(f"measured {done}/{total} examples…"))
+    errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
+    targets = {i for c in contexts for i in c.targets}
+    names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
+    kind, reason = verdict(odds, errors, names)
+    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)

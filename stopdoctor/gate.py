@@ -17,17 +17,18 @@ from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Subject
 from stopdoctor.core.types import KINDS, Expectation
 from stopdoctor.facts.serving import ServingConfig, load_serving
-from stopdoctor.rules.inputs import ExpectationInput, ServingInput
+from stopdoctor.rules.inputs import ExpectationInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.template.limits import render_deadline
 
 
-def rules_run(settings: Settings, serving: bool, expectation: bool) -> tuple[str, ...]:
+def rules_run(settings: Settings, serving: bool, expectation: bool, weights: bool = False) -> tuple[str, ...]:
     """The selected rules that apply to a model: the model rules always, the serving rules only
     with serving files, the expectation rules only with an expectation (or --live), SD000 never
     (it stands for crashes, reported only when one happens)."""
-    kinds = [Analysis] + ([ServingInput] if serving else []) + ([ExpectationInput] if expectation else [])
+    kinds = [Analysis] + ([ServingInput] if serving else []) + ([ExpectationInput] if expectation else []) \
+        + ([WeightsInput] if weights else [])
     return tuple(code for code in api.rule_codes(kinds) if selected(settings, REGISTRY[code]))
 
 
@@ -58,6 +59,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
                 with render_deadline(own=True):
                     probe = live_probe(result)
                 findings.extend(live_findings(result, entry.expectation, probe))
+                if probe.evidence is not None and probe.evidence.weights is not None:
+                    findings.extend(api.weights_findings(result.analysis, probe.evidence.weights))
             except StopdoctorError as error:
                 subjects.append(Subject(entry.spec, apply(settings, findings), files=files, result=result,
                                         serving=serving_files, error=error, failed_target=f"{entry.spec} (live probe)"))
@@ -73,7 +76,8 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
                                         serving=serving_files, error=error, failed_target=str(path), live=probe))
                 break
         else:
-            codes = rules_run(settings, bool(serving_files), entry.expectation is not None or live)
+            codes = rules_run(settings, bool(serving_files), entry.expectation is not None or live,
+                              probe is not None and probe.evidence is not None and probe.evidence.weights is not None)
             subjects.append(Subject(entry.spec, apply(settings, findings), codes, files, result, serving_files, live=probe))
     levels = {code: severity_of(settings, check) or check.severity for code, check in REGISTRY.items()}
     return Report("check", subjects, settings.fail_on, settings.config_file, levels)
@@ -88,11 +92,29 @@ def require_live() -> None:
 
 def live_probe(result: InspectResult) -> Any:
     """Run the fragment probe (does the model answer and end its turn, or continue text?) on the
-    model's weights: a `FragmentVerdict`."""
+    model's weights: a `FragmentVerdict`. When the chat probe does not end its turn, the stop
+    evidence (end-of-turn rows, P(end-of-turn) on reference answers) says whether the weights can."""
+    from dataclasses import replace
+
     from stopdoctor.actions.generate.local import LocalEngine
     from stopdoctor.actions.generate.run import ModelContext, fragment_test
+    from stopdoctor.actions.stop_odds import reference_contexts, stop_evidence
 
-    return fragment_test(ModelContext(result.facts, result.analysis), LocalEngine.load(result.facts))
+    contexts = reference_contexts(result.facts, result.analysis)  # rendered before the (slow) load
+    engine = LocalEngine.load(result.facts)
+    verdict = fragment_test(ModelContext(result.facts, result.analysis), engine)
+    chat = next((p for p in verdict.probes if p.name == "chat question"), None)
+    if chat is None or chat.ended_turn:
+        return verdict
+    evidence = stop_evidence(result.facts, result.analysis, engine, contexts)
+    if evidence.never_stops:
+        return replace(verdict, evidence=evidence,
+                       reason=f"{verdict.reason}; {evidence.explain()}: its weights never learned to stop")
+    return replace(verdict, evidence=evidence)
+
+
+def weights_never_stop(verdict: Any) -> bool:
+    return verdict is not None and verdict.evidence is not None and verdict.evidence.never_stops
 
 
 def live_findings(result: InspectResult, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
@@ -109,9 +131,14 @@ def live_findings(result: InspectResult, expectation: Expectation | None, verdic
         return []
     source = "expect-kind" if wanted else "its files (static verdict)"
     location = expectation.location("expect-kind") if wanted and expectation else None
+    fix = "serve the checkpoint the configuration names, or fix its chat template and stop ids"
+    if weights_never_stop(verdict):
+        # the files are fine: the template and stop ids are not what to fix
+        fix = ("the weights, not the files: the end-of-turn token was never trained; fine-tune with it in the "
+               "labels (`stopdoctor labels`), or serve a checkpoint whose weights end turns (`stopdoctor stop-odds`)")
     return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
-                          "serve the checkpoint the configuration names, or fix its chat template and stop ids",
-                          location, expected=target, found=verdict.verdict, probe="fragment")]
+                          fix, location, expected=target, found=verdict.verdict, probe="fragment",
+                          weights_never_stop=weights_never_stop(verdict))]
 
 
 # --------------------------------------------------------------------------------------------

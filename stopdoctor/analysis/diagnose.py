@@ -33,6 +33,7 @@ class Step:
     id: int
     text: str
     special: bool
+    p_end_of_turn: float | None = None  # P(the ids that end the turn) at this step, when the engine measures it
 
 
 @dataclass(frozen=True)
@@ -300,6 +301,32 @@ def headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> Hall
     `weak_allowed` (the template offers no header to look for)."""
     strong = [t for t in turns if weak_allowed or t.source != "role label"]
     return next((t for t in strong if t.role == "user"), strong[0] if strong else None)
+
+
+# A model that can end its turn puts far more than this on its end-of-turn at some point of an
+# answer (SmolLM2: 0.77 at the end of a one-sentence answer); a zeroed row gets ~1e-8.
+NEVER_STOPS = 1e-4
+
+
+@dataclass(frozen=True)
+class EndOfTurnOdds:
+    """The highest P(end-of-turn) the model gave during a generation, and at which step."""
+
+    max_p: float
+    step: int
+    steps: int
+
+    @property
+    def never(self) -> bool:
+        return self.max_p < NEVER_STOPS
+
+
+def end_of_turn_odds(generation: Generation) -> EndOfTurnOdds | None:
+    measured = [s for s in generation.steps if s.p_end_of_turn is not None]
+    if not measured:
+        return None
+    best = max(measured, key=lambda s: s.p_end_of_turn)
+    return EndOfTurnOdds(best.p_end_of_turn, best.step, len(measured))
 
 
 def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:

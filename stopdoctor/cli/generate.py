@@ -90,6 +90,12 @@ def generate(
 
         # The one escape rule of every command that takes a stop string (probe-stop, labels --eot-token).
         stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), [parse_escapes(s) for s in stop or []])
+    reference = None
+    if server is None and not fragment_test:
+        from stopdoctor.actions.stop_odds import reference_contexts
+
+        # rendered now: if the run goes to the budget, these say whether the weights can end a turn
+        reference = reference_contexts(context.facts, context.analysis)
     if server is not None:
         engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
         engine.pick_model(model, context.facts.source.root)
@@ -113,12 +119,21 @@ def generate(
 
     missed = result.diagnosis.should_have_stopped
     fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, server is not None) if missed else None
+    evidence = None
+    if server is None and result.generation.finish_reason == "length" and not result.diagnosis.runaway_signs:
+        from stopdoctor.actions.stop_odds import stop_evidence
+
+        with working("the run went to the budget: measuring whether the weights can end a turn…"):
+            evidence = stop_evidence(context.facts, context.analysis, engine, reference)
     if json:
         from stopdoctor.reporters.generation import render_generation_json
 
-        emit(render_generation_json(result, fix))
+        emit(render_generation_json(result, fix, evidence))
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
-        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix))
+        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix,
+                                     evidence=evidence))
+    if evidence is not None and evidence.never_stops:
+        return 1  # a runaway the weights cause: no stop configuration ends it
     return exit_code(result.generation, result.diagnosis)

@@ -17,7 +17,7 @@ import mmap
 import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import accumulate, repeat
 from pathlib import Path
@@ -196,14 +196,27 @@ class LazyStrings(Sequence[str]):
 
 
 @dataclass(frozen=True)
+class GGUFTensor:
+    """One entry of the tensor table: `shape` as GGUF lists it (the row length first), `start` the
+    absolute byte where its data begins (already checked to lie inside the file)."""
+
+    name: str
+    type: int  # a ggml type (gguf.constants.GGMLQuantizationType)
+    shape: tuple[int, ...]
+    start: int
+
+
+@dataclass(frozen=True)
 class GGUFHeader:
     """A GGUF file's header. `metadata` holds every key: scalars as Python values, numeric arrays as
-    (read-only, zero-copy) numpy arrays, string arrays as list[str] or a `LazyStrings`."""
+    (read-only, zero-copy) numpy arrays, string arrays as list[str] or a `LazyStrings`. `tensors`
+    is the tensor table by name (for reading a few rows: `stopdoctor.facts.gguf_rows`)."""
 
     path: Path
     version: int
     tensor_count: int
     metadata: Mapping[str, Any]
+    tensors: Mapping[str, GGUFTensor] = field(default_factory=lambda: MappingProxyType({}))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -384,15 +397,16 @@ class _Parser:
             metadata[key] = self.value(self.u32("a value type"), depth=0)
         self.key = "the tensor table"
         self.need(tensor_count * 24, f"the table of {tensor_count} tensors")
-        self.tensor_table(tensor_count, kv_count, metadata)
-        return GGUFHeader(self.path, version, tensor_count, MappingProxyType(metadata))
+        tensors = self.tensor_table(tensor_count, kv_count, metadata)
+        return GGUFHeader(self.path, version, tensor_count, MappingProxyType(metadata), MappingProxyType(tensors))
 
-    def tensor_table(self, tensor_count: int, kv_count: int, metadata: Mapping[str, Any]) -> None:
+    def tensor_table(self, tensor_count: int, kv_count: int, metadata: Mapping[str, Any]) -> dict[str, GGUFTensor]:
         """Walk the tensor table (name, dimensions, type, offset) and check each tensor's data lies
         inside the file. llama.cpp refuses a file whose table does not parse or whose data is cut
         short; a wrong metadata count shows here too, as the table starts at the wrong byte."""
         miscounted = f"; the header's metadata count ({kv_count}) may be wrong"
         tensors: list[tuple[str, int, int, int]] = []  # name, type, offset, element count
+        shapes: list[tuple[int, ...]] = []
         for index in range(tensor_count):
             self.key = f"tensor {index} of the tensor table"
             start = self.pos
@@ -417,6 +431,7 @@ class _Parser:
             for extent in shape.tolist():
                 elements *= extent
             tensors.append((name, tensor_type, offset, elements))
+            shapes.append(tuple(shape.tolist()))
         alignment = metadata.get(Keys.ALIGNMENT, 32)
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
@@ -428,6 +443,8 @@ class _Parser:
             if data_start + offset + nbytes > self.size:
                 raise self.fail(f"truncated GGUF file: the data of tensor {name[:40]!r} runs past the end of the file "
                                 f"(needs byte {data_start + offset + nbytes}, the file has {self.size})")
+        return {name: GGUFTensor(name, tensor_type, shape, data_start + offset)
+                for (name, tensor_type, offset, _), shape in zip(tensors, shapes)}
 
     def u32(self, what: str) -> int:
         self.need(4, what)

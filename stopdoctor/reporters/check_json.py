@@ -45,7 +45,7 @@ def _live(verdict: Any) -> dict[str, Any] | None:
     from stopdoctor.reporters.generation import fragment_document
 
     document = fragment_document("", verdict)
-    return {key: document[key] for key in ("verdict", "reason", "probes")}
+    return {key: document[key] for key in ("verdict", "reason", "probes", "stop_evidence")}
 
 
 def check_document(report: Report, base: Path, exit_zero: bool = False) -> dict[str, Any]:

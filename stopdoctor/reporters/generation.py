@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stopdoctor.analysis.diagnose import Generation, StopCause
+from stopdoctor.analysis.diagnose import Generation, StopCause, end_of_turn_odds
 from stopdoctor.actions.generate.request import StopSet
 from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult
 from stopdoctor.reporters.console import capture, text_of
@@ -46,8 +46,9 @@ def _stops(stops: StopSet) -> dict[str, Any]:
     }
 
 
-def generation_document(result: GenerateResult, fix: Any = None) -> dict[str, Any]:
-    """`fix`: a `stopdoctor.fix.GenerateFix` (the line under a runaway), or None."""
+def generation_document(result: GenerateResult, fix: Any = None, evidence: Any = None) -> dict[str, Any]:
+    """`fix`: a `stopdoctor.fix.GenerateFix` (the line under a runaway), or None; `evidence`: the
+    stop evidence measured when a run went to the budget (`stopdoctor.actions.stop_odds`), or None."""
     g, d, request = result.generation, result.diagnosis, result.request
     missed = d.should_have_stopped
     turn = d.hallucinated_turn
@@ -66,7 +67,8 @@ def generation_document(result: GenerateResult, fix: Any = None) -> dict[str, An
         "cause": _cause(g.cause),
         "text": g.text,
         "tokens": g.tokens if g.steps else None,
-        "steps": [{"step": s.step, "id": s.id, "text": s.text, "special": s.special} for s in g.steps],
+        "steps": [{"step": s.step, "id": s.id, "text": s.text, "special": s.special, "p_end_of_turn": s.p_end_of_turn}
+                  for s in g.steps],
         "should_have_stopped": None if missed is None else {
             "id": missed.id, "text": missed.text, "step": missed.step, "reasons": list(missed.reasons), "offset": missed.offset,
         },
@@ -79,6 +81,10 @@ def generation_document(result: GenerateResult, fix: Any = None) -> dict[str, An
         "runaway": g.finish_reason == "length" and d.runaway_signs,
         "fix": None if fix is None else {"text": fix.text, "file": fix.file, "key": fix.key},
     }
+    odds = end_of_turn_odds(g)
+    doc["end_of_turn_odds"] = None if odds is None else {"max_p": odds.max_p, "step": odds.step, "never": odds.never}
+    if evidence is not None:  # measured because the run went to the budget with no sign of a runaway
+        doc["stop_evidence"] = _evidence(evidence)
     if g.server is not None:
         doc["server"] = g.server
     return doc
@@ -88,8 +94,8 @@ def _turn(turn) -> dict[str, Any]:
     return {"step": turn.step, "role": turn.role, "evidence": turn.evidence, "offset": turn.offset, "source": turn.source}
 
 
-def render_generation_json(result: GenerateResult, fix: Any = None) -> str:
-    return json.dumps(generation_document(result, fix), indent=2, ensure_ascii=False) + "\n"
+def render_generation_json(result: GenerateResult, fix: Any = None, evidence: Any = None) -> str:
+    return json.dumps(generation_document(result, fix, evidence), indent=2, ensure_ascii=False) + "\n"
 
 
 def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
@@ -112,7 +118,7 @@ def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
 
 
 def render_generation_human(result: GenerateResult, color: bool = False, width: int = 100, trace: bool = False,
-                            fix: Any = None) -> str:
+                            fix: Any = None, evidence: Any = None) -> str:
     out = capture(color, width)
     g, d, stops = result.generation, result.diagnosis, result.request.stops
     out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
@@ -123,7 +129,8 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         out.print("  trace")
         for s in g.steps:
             mark = "  [magenta]special[/]" if s.special else ""
-            out.print(f"    {s.step:>4}  {s.id:>7}  {escape(json.dumps(s.text, ensure_ascii=False))}{mark}")
+            odds = f"  [dim]P(eot) {s.p_end_of_turn:.2g}[/]" if s.p_end_of_turn is not None else ""
+            out.print(f"    {s.step:>4}  {s.id:>7}  {escape(json.dumps(s.text, ensure_ascii=False))}{mark}{odds}")
     out.print("  text")
     for line in (g.text or "").split("\n"):
         out.print(f"    [dim]│[/] {escape(line)}", soft_wrap=True)
@@ -167,8 +174,33 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         out.print(f"  {label} the model wrote a {escape(turn.role)} turn itself {where}: "
                   f"{escape(json.dumps(turn.evidence, ensure_ascii=False))} ({escape(turn.source)})")
     elif missed is None and g.finish_reason == "length":
-        out.print("  [dim]no turn-ending token and no new turn in the text: the budget may just be too small[/]")
+        style = "bold red" if evidence is not None and evidence.never_stops else "dim"
+        label = "weights   " if evidence is not None and evidence.never_stops else "budget    "
+        out.print(f"  [{style}]{label}[/]{escape(budget_or_weights(result, evidence))}")
     return text_of(out)
+
+
+def end_of_turn_name(result: GenerateResult) -> str:
+    templated = [e.text for e in result.enders.values() if e.text and any(r.startswith("chat template") for r in e.reasons)]
+    names = templated or [e.text for e in result.enders.values() if e.text]
+    return " / ".join(dict.fromkeys(names)) or "the end-of-turn token"
+
+
+def budget_or_weights(result: GenerateResult, evidence: Any = None) -> str:
+    """Why a generation with no sign of a runaway ran to the budget: the budget, or weights that
+    never learned to stop. `evidence`: `stopdoctor.actions.stop_odds.StopEvidence`, when measured."""
+    odds = end_of_turn_odds(result.generation)
+    name = end_of_turn_name(result)
+    seen = "" if odds is None else f"the highest P({name}) during the run was {odds.max_p:.2g} (step {odds.step})"
+    if evidence is not None and evidence.never_stops:
+        return (f"the model never put more than {odds.max_p:.1g} on {name} in {odds.steps} steps, and "
+                if odds is not None else "") + \
+            (f"{evidence.explain()}: its weights never learned to stop; no stop configuration will end this "
+             f"(see `stopdoctor inspect --weights`, `stop-odds`, `labels`)")
+    if evidence is not None and evidence.reference_median is not None:
+        return (f"no turn-ending token and no new turn in the text; {seen + '; ' if seen else ''}on reference answers it "
+                f"ends its turn (median P {evidence.reference_median:.2f}): the budget may just be too small")
+    return f"no turn-ending token and no new turn in the text{'; ' + seen if seen else ''}: the budget may just be too small"
 
 
 def fragment_document(model: str, verdict: FragmentVerdict) -> dict[str, Any]:
@@ -184,7 +216,17 @@ def fragment_document(model: str, verdict: FragmentVerdict) -> dict[str, Any]:
              "new_tokens": p.generation.new_tokens}
             for p in verdict.probes
         ],
+        "stop_evidence": _evidence(getattr(verdict, "evidence", None)),
     }
+
+
+def _evidence(evidence: Any) -> dict[str, Any] | None:
+    if evidence is None:
+        return None
+    return {"never_stops": evidence.never_stops, "reference_median_p_end_of_turn": evidence.reference_median,
+            "reference_examples": evidence.reference_examples,
+            "untrained_end_of_turn": [{"id": w.id, "text": w.text, "reasons": list(w.reasons)} for w in evidence.untrained_rows],
+            "explanation": evidence.explain()}
 
 
 def render_fragment_json(model: str, verdict: FragmentVerdict) -> str:
@@ -220,3 +262,7 @@ def _fragment_lines(out, verdict: FragmentVerdict) -> None:
         out.print(f"  {escape(p.name):<14} {escape(json.dumps(p.prompt, ensure_ascii=False))} → {ended}")
         out.print(f"    [dim]│[/] {escape(_visible(p.generation.text[:200]))}", soft_wrap=True)
     out.print(f"  verdict   [bold]{escape(verdict.verdict)}[/]: {escape(verdict.reason)}")
+    evidence = getattr(verdict, "evidence", None)
+    if evidence is not None and not evidence.never_stops and evidence.reference_median is not None:
+        out.print(f"  odds      [dim]on reference answers it ends its turn (median P {evidence.reference_median:.2f}): "
+                  f"the weights can stop[/]")

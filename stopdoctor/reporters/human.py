@@ -59,6 +59,10 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         parts = ", ".join(f"{s.id} {escape(s.text or '?')} [dim]({escape(str(s.location))})[/]" for s in stops.stops) or "[red]none[/]"
         unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
         out.print(f"    {stops.runtime:<12} {parts}{unsure}")
+    if result.weights is not None:
+        from stopdoctor.reporters.weights_text import print_weights
+
+        print_weights(out, result.weights)
     out.print()
     print_findings(out, result.findings, unfinished)
     return text_of(out)

@@ -90,4 +90,9 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
 
 
 def render_inspect_json(result: InspectResult) -> str:
-    return json.dumps(inspect_document(result), indent=2, ensure_ascii=False) + "\n"
+    document = inspect_document(result)
+    if result.weights is not None:
+        from stopdoctor.reporters.weights_text import weights_document
+
+        document["weights"] = weights_document(result.weights)
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from stopdoctor.actions.labels.result import LabelsResult
 from stopdoctor.actions.logs.query import LogsReport
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.analysis.weights import WeightsReport
 from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 
@@ -50,10 +51,19 @@ class LogsInput:
     logs: LogsReport
 
 
+@dataclass(frozen=True)
+class WeightsInput:
+    """A model and the rows of its embedding and output matrices that matter for stopping (SD8xx)."""
+
+    analysis: Analysis
+    weights: WeightsReport
+
+
 KINDS: dict[type, str] = {
     Analysis: "model",
     ServingInput: "serving",
     ExpectationInput: "expectation",
     LabelsInput: "labels",
     LogsInput: "logs",
+    WeightsInput: "weights",
 }

@@ -25,6 +25,7 @@ class InspectResult:
     facts: ModelFacts
     analysis: Analysis
     findings: list[Finding]
+    weights: Any = None  # `inspect --weights`: a `stopdoctor.analysis.weights.WeightsReport`
 
     @property
     def missing_files(self) -> list[str]:

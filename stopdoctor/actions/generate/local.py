@@ -188,6 +188,7 @@ class LocalEngine:
     device: str
     name: str = "transformers"
     _torch: Any = field(default=None, repr=False)
+    watch: tuple[int, ...] = ()  # ids whose summed probability each step records (the end-of-turn)
 
     @classmethod
     def load(cls, facts: ModelFacts, device: str = "auto", allow_pickle: bool = False,
@@ -265,7 +266,7 @@ class LocalEngine:
                 next_id = self._pick(result.logits[:, -1, :], sampling, generator)
                 token_id = int(next_id)
                 piece = detok.push(token_id)
-                steps.append(Step(step, token_id, piece, token_id in special))
+                steps.append(Step(step, token_id, piece, token_id in special, self._p_watched(result.logits[:, -1, :])))
                 stop = by_id.get(token_id)
                 if stop is not None:
                     # Runtimes never show the stop token: its text stays out of the reported text.
@@ -292,6 +293,12 @@ class LocalEngine:
             out.append(rest)
             cause = StopCause("length", step=len(steps) - 1 if steps else None)
         return Generation(cause.finish_reason, cause, "".join(out), tuple(steps), prompt.text, len(prompt.ids))
+
+    def _p_watched(self, logits: Any) -> float | None:
+        if not self.watch:
+            return None
+        ids = [i for i in self.watch if 0 <= i < logits.shape[-1]]
+        return float(self._torch.softmax(logits.float(), dim=-1)[0, ids].sum()) if ids else None
 
     def _pick(self, logits: Any, sampling: Sampling, generator: Any) -> Any:
         torch = self._torch

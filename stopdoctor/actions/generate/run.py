@@ -10,6 +10,7 @@ Imports: core, facts, analysis, runtimes, actions.generate.request.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.analysis.diagnose import FINISH_STOP, Diagnosis, Generation, TurnEnder, diagnose, turn_enders, turn_headers
@@ -47,12 +48,21 @@ def load_context(spec: str, revision: str | None = None) -> ModelContext:
     return ModelContext(facts, analyze(facts))
 
 
+def watch_end_of_turn(engine: Engine, analysis: Analysis) -> None:
+    """Have a local engine record P(end-of-turn) at every step (a server gives no probabilities)."""
+    if hasattr(engine, "watch"):
+        from stopdoctor.analysis.weights import stop_targets
+
+        engine.watch = stop_targets(analysis)
+
+
 def run_generate(context: ModelContext, engine: Engine, prompt: Prompt, stops: StopSet,
                  max_new_tokens: int, sampling: Sampling = Sampling()) -> GenerateResult:
     """Generate once with `engine` and diagnose the result against the model's turn structure."""
     if max_new_tokens < 1:
         raise InputError("--max-new-tokens must be at least 1")
     request = GenerateRequest(prompt, stops, max_new_tokens, sampling)
+    watch_end_of_turn(engine, context.analysis)
     generation = engine.generate(prompt, stops, max_new_tokens, sampling)
     enders = turn_enders(context.analysis)
     diagnosis = diagnose(generation, enders, stops.id_list, turn_headers(context.analysis),
@@ -82,6 +92,7 @@ class FragmentVerdict:
     reason: str
     probes: tuple[FragmentProbe, ...]
     max_new_tokens: int | None = None  # each probe's budget
+    evidence: Any = None  # stopdoctor.actions.stop_odds.StopEvidence, when measured (check --live)
 
 
 def fragment_test(context: ModelContext, engine: Engine, max_new_tokens: int = 48) -> FragmentVerdict:
@@ -89,6 +100,7 @@ def fragment_test(context: ModelContext, engine: Engine, max_new_tokens: int = 4
     text. Every probe stops on any turn-ending id (template end-of-turn, eos, any runtime's stops)."""
     facts, analysis = context.facts, context.analysis
     enders = turn_enders(analysis)
+    watch_end_of_turn(engine, analysis)
     stops = StopSet(tuple(StopId(i, e.text, Location("(any turn-ending token)")) for i, e in enders.items()), (),
                     "turn enders", "template end-of-turn, tokenizer eos and every runtime's stop ids")
     probes = []
