@@ -63,8 +63,9 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
     if report.shapes:
         out.print("  shapes     " + ", ".join(f"{escape(k)} {v:,}" for k, v in report.shapes.items()))
     if report.multi_choice:
-        out.print(f"  [yellow]choices[/]    {report.multi_choice:,} responses hold several choices (n > 1): only the "
-                  "first of each is counted")
+        out.print(f"  choices    {report.multi_choice:,} answers are choices of n > 1 responses (each choice is counted)")
+    if report.streams:
+        out.print(f"  streams    {report.streams:,} streamed answers reassembled from {report.chunks:,} chunk lines")
     out.print(f"  turns      headers of {escape(report.vocabulary)}")
     if not report.responses:
         out.print("\n[yellow]No responses found.[/] Each line should be an OpenAI-compatible response, a "
