@@ -342,7 +342,7 @@ def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[st
     return f"""
 WITH parsed AS (
     SELECT line_no, line,
-           line IS NULL OR trim(line) = '' OR line IN ('data: [DONE]', 'data:[DONE]') OR starts_with(line, 'event:') AS blank,
+           line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') AS blank,
            CASE WHEN json_valid(line) THEN json_extract_string(line, {path_list}) END AS v
     FROM (SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line
           FROM {source})
