@@ -2,7 +2,7 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file (`actions.logs.sql.normalise_sql`) reads every line as text (JSONL, .gz, local or
+query per file (`actions.logs.records.normalise_sql`) reads every line as text (JSONL, .gz, local or
 any URL DuckDB can open), parses it once, picks each field from whichever logged shape the line
 has, and materialises a narrow table of normalised records; the distributions are GROUP BYs over
 that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
@@ -10,7 +10,7 @@ that table. The text of an answer is kept only where a cheap SQL prefilter (a su
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (sql, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), actions.logs (records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
