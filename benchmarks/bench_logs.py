@@ -8,7 +8,14 @@ fake user turn, a few bad lines) to a temp file, then times:
   - jq -c '.response.choices[0].finish_reason // .done_reason // …' | sort | uniq -c
     (skipped, saying so, when jq is not installed: apt-get install -y jq)
 
-Run: python benchmarks/bench_logs.py [N] [--keep PATH]
+Also prints the peak resident memory of the process (ru_maxrss: DuckDB and Python together).
+
+Run: python benchmarks/bench_logs.py [N] [--keep PATH] [--input PATH (an existing file: not written, not deleted)]
+       [--no-jq]
+
+Measured (2 shared CPU cores, 24 GB, DuckDB 2.0.1, memory_limit 512 MB; see the README's `logs` section):
+  1,000,000 lines (389 MB):  see benchmarks/RESULTS.md
+  10,000,000 lines (2.7 GB): see benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
@@ -106,25 +113,36 @@ def main() -> None:
     if "--keep" in args:
         keep = Path(args[args.index("--keep") + 1])
         del args[args.index("--keep"):args.index("--keep") + 2]
+    existing = None
+    if "--input" in args:
+        existing = Path(args[args.index("--input") + 1])
+        del args[args.index("--input"):args.index("--input") + 2]
+    skip_jq = "--no-jq" in args
+    args = [a for a in args if a != "--no-jq"]
     lines = int(args[0]) if args else 1_000_000
     from stopdoctor.actions.logs.query import analyze_logs
 
     folder = Path(tempfile.mkdtemp(prefix="stopdoctor-bench-logs-"))
-    path = keep or folder / "responses.jsonl"
+    path = existing or keep or folder / "responses.jsonl"
     try:
-        start = time.perf_counter()
-        write_synthetic(path, lines)
-        print(f"wrote {lines:,} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s")
+        if existing is None:
+            start = time.perf_counter()
+            write_synthetic(path, lines)
+            print(f"wrote {lines:,} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s")
         start = time.perf_counter()
         report = analyze_logs([str(path)])
         ours = time.perf_counter() - start
         problems = ", ".join(f"{k} {p.count:,}" for k, p in report.problems.items())
-        print(f"stopdoctor logs (whole report): {ours:.2f} s, {lines / ours:,.0f} records/s")
+        import resource
+
+        lines = report.lines
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"stopdoctor logs (whole report): {ours:.2f} s, {lines / ours:,.0f} lines/s, peak RSS {peak:,.0f} MiB")
         print(f"  responses {report.responses:,}, bad {report.bad_lines:,}, blank {report.blank:,}; "
               f"finish {report.finish}; {problems}")
-        jq = time_jq(path)
+        jq = None if skip_jq else time_jq(path)
         if jq is None:
-            print("jq: not installed, skipped (apt-get install -y jq)")
+            print("jq: skipped (--no-jq, or not installed: apt-get install -y jq)")
         else:
             seconds, counts = jq
             print(f"jq (finish_reason counts only): {seconds:.2f} s, {lines / seconds:,.0f} records/s  [{counts}]")

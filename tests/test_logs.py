@@ -81,18 +81,20 @@ def test_every_shape_is_read_and_bad_lines_are_counted_not_fatal(tmp_path):
     assert report.length_share == pytest.approx(0.4)
 
 
-def test_responses_with_several_choices_are_counted_and_said(tmp_path):
-    """Only the first choice of an n > 1 response is read; the report says how many had more."""
+def test_every_choice_of_an_n_above_1_response_is_read(tmp_path):
+    """Each choice of an n > 1 response is an answer of its own; the report says how many were."""
     two = chat("Paris.")
     two["choices"].append({"index": 1, "message": {"role": "assistant", "content": "Par"}, "finish_reason": "length"})
     lines = [two, {"custom_id": "r", "response": {"body": two}}, {"response": two}, chat("One."), SHAPES[1][0],
              {"choices": [1, 2]}]
     report = analyze_logs([str(write_jsonl(tmp_path / "n.jsonl", lines))])
-    assert report.responses == 5 and report.multi_choice == 3
-    assert report.finish == {"stop": 4, "length": 1}
+    assert report.responses == 8 and report.multi_choice == 6 and report.unrecognised == 1
+    assert report.finish == {"stop": 4, "length": 4}
+    assert [(e.line, e.finish_reason) for e in report.problems["budget-truncated"].examples] == [
+        (1, "length"), (2, "length"), (3, "length"), (5, "length")]
     run = cli("logs", str(tmp_path / "n.jsonl"))
-    assert "3 responses hold several choices (n > 1): only the first of each is counted" in run.stdout
-    assert json.loads(cli("logs", str(tmp_path / "n.jsonl"), "--json").stdout)["lines"]["multi_choice"] == 3
+    assert "6 answers are choices of n > 1 responses (each choice is counted)" in run.stdout
+    assert json.loads(cli("logs", str(tmp_path / "n.jsonl"), "--json").stdout)["lines"]["multi_choice"] == 6
     single = analyze_logs([str(write_jsonl(tmp_path / "one.jsonl", [row for row, _, _ in SHAPES]))])
     assert single.multi_choice == 0
 

@@ -85,6 +85,9 @@ def logs(
     max_turn_share: Annotated[float, typer.Option(
         "--max-turn-share", help="SD702 hallucinated-turns-in-logs fires above this share of responses (0: any).")] = 0.0,
     examples: Annotated[int, typer.Option("--examples", help="Examples shown per problem.")] = 5,
+    html: Annotated[str | None, typer.Option(
+        "--html", metavar="FILE", help="Also write the report with its charts as one self-contained HTML page.",
+        show_default=False)] = None,
     show_sql: Annotated[bool, typer.Option(
         "--show-sql", help="Print the query that normalises each file (DuckDB SQL, to run elsewhere) and exit.")] = False,
     revision: RevisionOpt = None,
@@ -116,5 +119,11 @@ def logs(
     with _Progress(files) as progress:
         result = analyze_log_files(files, model, revision, settings, progress.callback)
     report = logs_report(result, files, threshold)
+    if html:
+        from pathlib import Path
+
+        from stopdoctor.reporters.logs_charts import render_logs_html
+
+        Path(html).write_text(render_logs_html(result), encoding="utf-8")
     write_report(report, format, output, color)
     return report.exit_code()

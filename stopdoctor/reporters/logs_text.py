@@ -15,6 +15,7 @@ from rich.table import Table
 from stopdoctor.rules.results import LogsResult
 from stopdoctor.core.findings import Severity
 from stopdoctor.reporters.console import capture, text_of
+from stopdoctor.reporters.logs_charts import charts_document, print_charts
 from stopdoctor.reporters.human import print_findings, visible
 from stopdoctor.reporters.inspect_json import finding as finding_document
 from stopdoctor.reporters.inspect_json import header, summary
@@ -63,8 +64,9 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
     if report.shapes:
         out.print("  shapes     " + ", ".join(f"{escape(k)} {v:,}" for k, v in report.shapes.items()))
     if report.multi_choice:
-        out.print(f"  [yellow]choices[/]    {report.multi_choice:,} responses hold several choices (n > 1): only the "
-                  "first of each is counted")
+        out.print(f"  choices    {report.multi_choice:,} answers are choices of n > 1 responses (each choice is counted)")
+    if report.streams:
+        out.print(f"  streams    {report.streams:,} streamed answers reassembled from {report.chunks:,} chunk lines")
     out.print(f"  turns      headers of {escape(report.vocabulary)}")
     if not report.responses:
         out.print("\n[yellow]No responses found.[/] Each line should be an OpenAI-compatible response, a "
@@ -83,6 +85,7 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
         out.print()
         out.print(_table("max_tokens", report.by_max_tokens))
         out.print()
+        print_charts(out, report.charts)
         out.print("[bold]problems[/]")
         for problem in report.problems.values():
             mark = "[green]0[/]" if not problem.count else f"[yellow]{problem.count:,}[/]"
@@ -99,7 +102,8 @@ def render_logs_human(result: LogsResult, color: bool = False, width: int = 100)
 
 def _example(example: Any) -> dict[str, Any]:
     return {"file": example.file, "line": example.line, "model": example.model,
-            "finish_reason": example.finish_reason, "excerpt": example.excerpt, "detail": example.detail}
+            "finish_reason": example.finish_reason, "native_finish_reason": example.native_finish_reason,
+            "excerpt": example.excerpt, "detail": example.detail}
 
 
 def _lines(flagged) -> dict[str, Any]:
@@ -120,6 +124,9 @@ def logs_document(result: LogsResult, fail_on: Severity = Severity.ERROR) -> dic
         "shapes": report.shapes,
         "finish_reason": report.finish,
         "finish_reason_as_logged": report.finish_raw,
+        "finish_reason_native": report.finish_native,
+        "streams": {"answers": report.streams, "chunks": report.chunks},
+        "charts": charts_document(report.charts),
         "length_share": report.length_share,
         "by_model": report.by_model,
         "by_max_tokens": report.by_max_tokens,

@@ -127,3 +127,92 @@ def end_of_turn_text_in_logs(subject: LogsInput, self: Check):
         "make the end-of-turn token a stop id of the server",
         _where(ran.examples[0]) if ran.examples else None,
         count=ran.count, share=ran.share, by_model=ran.by_model, lines=[e.line for e in ran.examples])
+
+
+def _lie(subject: LogsInput, self: Check, key: str, message: str, fix: str):
+    logs = subject.logs
+    problem = logs.problems.get(key)
+    if not logs.responses or problem is None or problem.count == 0:
+        return
+    models = ", ".join(f"{m} ({n:,})" for m, n in list(problem.by_model.items())[:5])
+    yield self.finding(
+        f"{problem.count:,} of {logs.responses:,} responses ({_percent(problem.share)}) {message}"
+        + (f": {models}" if models else ""),
+        fix, _where(problem.examples[0]) if problem.examples else None,
+        count=problem.count, share=problem.share, by_model=problem.by_model, lines=[e.line for e in problem.examples])
+
+
+@check("SD704", "truncated-but-reported-finished", Severity.WARNING, input=LogsInput)
+def truncated_but_reported_finished(subject: LogsInput, self: Check):
+    """Answers reported as finished (`stop`, `tool_calls`) used exactly their token budget.
+
+    What it checks:
+    Each answer whose normalised finish reason is `stop` or `tool_calls` and whose output tokens
+    (`usage.completion_tokens`, Anthropic/Responses `output_tokens`, Bedrock `outputTokens`,
+    Gemini candidates + thoughts, `gen_ai.usage.output_tokens`) equal the request's `max_tokens`.
+    Only single-choice responses: with n > 1 the usage is the sum of the choices.
+
+    Why it matters:
+    The budget cut the answer but the server said it finished, so clients that check
+    finish_reason trust a truncated answer — a tool call cut mid-JSON is reported `tool_calls`
+    (vLLM PR #47963: 3 of 998 tool calls).
+
+    Example:
+    `fixtures/logs/lies.jsonl:1 tool_calls with 64 output tokens = max_tokens 64`
+
+    Fix:
+    Raise max_tokens for those requests, and report such answers as `length` in the server (or
+    validate tool-call JSON before acting on it).
+    """
+    yield from _lie(subject, self, "truncated-but-reported-finished", "reported finished at exactly max_tokens",
+                    "raise max_tokens; treat an answer at the budget as cut (validate tool-call JSON)")
+
+
+@check("SD705", "degenerate-repetition", Severity.WARNING, input=LogsInput)
+def degenerate_repetition(subject: LogsInput, self: Check):
+    """Answers reported `stop` end in a loop: the same words over and over.
+
+    What it checks:
+    For each `stop` answer of at least 50 words, the last 400 words are split on whitespace and
+    the share of repeated word 4-grams is measured (1 - distinct / all). At 0.5 or more the
+    answer is a loop; ordinary prose and lists score under 0.1.
+
+    Why it matters:
+    The model looped and the server still said it stopped normally (hermes-agent #30408: "I'll"
+    7,568 times, finish_reason `stop`): nothing downstream notices.
+
+    Example:
+    `fixtures/logs/lies.jsonl:5 100% of its last word 4-grams repeat`
+
+    Fix:
+    Set a repetition or frequency penalty, lower max_tokens, and check the stop configuration
+    (`stopdoctor check MODEL --serving CONFIG`).
+    """
+    yield from _lie(subject, self, "degenerate-repetition", "reported stop but end in a loop",
+                    "add a repetition/frequency penalty and check the stop configuration")
+
+
+@check("SD706", "reasoning-consumed-budget", Severity.WARNING, input=LogsInput)
+def reasoning_consumed_budget(subject: LogsInput, self: Check):
+    """The token budget was spent reasoning: cut by `length` with no answer or almost all reasoning.
+
+    What it checks:
+    Each `length` answer whose visible answer is empty after its reasoning (`reasoning_content`,
+    thinking blocks, thought parts, `<think>…</think>` in the text), or whose reasoning tokens
+    (`completion_tokens_details.reasoning_tokens`, Responses `output_tokens_details`, Gemini
+    `thoughtsTokenCount`) are at least 90% of its output tokens, or whose text closes `</think>`
+    more than once. A finished answer after a long reasoning is never counted.
+
+    Why it matters:
+    The user got nothing (or a fragment) although the model worked: the budget is too small for
+    a reasoning model, or it loops in its reasoning.
+
+    Example:
+    `fixtures/logs/lies.jsonl:10 reasoning 95% of 1,000 output tokens`
+
+    Fix:
+    Raise max_tokens / max_output_tokens for reasoning models, or bound the reasoning (reasoning
+    effort, thinking budget).
+    """
+    yield from _lie(subject, self, "reasoning-consumed-budget", "ran out of budget while reasoning",
+                    "raise max_tokens for reasoning models or bound the reasoning (effort, thinking budget)")

@@ -2,7 +2,7 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file (`actions.logs.sql.normalise_sql`) reads every line as text (JSONL, .gz, local or
+query per file (`actions.logs.records.normalise_sql`) reads every line as text (JSONL, .gz, local or
 any URL DuckDB can open), parses it once, picks each field from whichever logged shape the line
 has, and materialises a narrow table of normalised records; the distributions are GROUP BYs over
 that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
@@ -10,11 +10,12 @@ that table. The text of an answer is kept only where a cheap SQL prefilter (a su
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (sql, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), actions.logs (records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -26,80 +27,28 @@ from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError, require_file
-from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, normalise_sql, source_sql, sql_string
+from stopdoctor.actions.logs.records import normalise_sql, streams_sql
+from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
+from stopdoctor.actions.logs.summary import charts, lie_problems
+from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
-
-# --------------------------------------------------------------------------------------------
-# The report
-# --------------------------------------------------------------------------------------------
-
-PROBLEMS = {
-    "budget-truncated": "cut by the token budget (finish_reason length)",
-    "mid-sentence": "cut by the budget in the middle of a sentence",
-    "hallucinated-turn": "ran on into a next user/system turn it wrote itself",
-    "ran-past-end-of-turn": "an end-of-turn token's text with more text after it",
-}
-
-
-@dataclass(frozen=True)
-class Example:
-    file: str
-    line: int
-    model: str | None
-    finish_reason: str | None
-    excerpt: str
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Problem:
-    key: str
-    description: str
-    count: int
-    share: float  # of responses
-    examples: tuple[Example, ...]
-    by_model: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogsSettings:
-    overrides: Mapping[str, str] = field(default_factory=dict)
-    max_length_share: float = 0.05  # SD701 budget-truncation-rate
-    max_turn_share: float = 0.0  # SD702 hallucinated-turns-in-logs: any is too many by default
-    examples: int = 5
-
-
-@dataclass(frozen=True)
-class LogsReport:
-    files: tuple[str, ...]
-    vocabulary: str
-    lines: int
-    blank: int
-    bad_lines: int
-    bad_examples: tuple[tuple[str, int], ...]
-    unrecognised: int  # valid JSON with no response in any known shape
-    responses: int
-    shapes: dict[str, int]
-    finish: dict[str, int]
-    finish_raw: dict[str, int]
-    by_model: dict[str, dict[str, int]]
-    by_max_tokens: dict[str, dict[str, int]]
-    stop_reasons: dict[str, int]
-    problems: dict[str, Problem]
-    settings: LogsSettings
-    seconds: float
-    # every answer flagged with a next turn or a run past end of turn: problem -> ((file, line), …)
-    flagged: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    multi_choice: int = 0  # responses with more than one choice (n > 1): only the first is read
-
-    @property
-    def length_share(self) -> float:
-        return self.finish.get("length", 0) / self.responses if self.responses else 0.0
-
 
 # --------------------------------------------------------------------------------------------
 # Running the query
 # --------------------------------------------------------------------------------------------
+
+
+RECORD_COLUMNS = (
+    "line_no BIGINT, choice INTEGER, blank BOOLEAN, bad BOOLEAN, shape VARCHAR, finish_raw VARCHAR, finish VARCHAR, "
+    "model VARCHAR, max_tokens VARCHAR, stop_reason VARCHAR, output_tokens BIGINT, reasoning_tokens BIGINT, "
+    "ts TIMESTAMP, chunks BIGINT, turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, tail VARCHAR, "
+    "multi_choice BOOLEAN, truncated_finished BOOLEAN, repetition DOUBLE, reasoning_budget BOOLEAN, "
+    "reasoning_share DOUBLE, think_ends BIGINT, empty_answer BOOLEAN, text VARCHAR, reasoning VARCHAR, "
+    "finish_hint VARCHAR, stream_id VARCHAR")
+
+# DuckDB's memory for one run: past it, line numbering and the records spill to the temp
+# directory, so a log of any size is read in bounded memory (STOPDOCTOR_LOGS_MEMORY overrides).
+MEMORY_LIMIT = "512MB"
 
 
 def _connect():
@@ -114,6 +63,8 @@ def _connect():
     # Line numbering holds a file's lines until they are numbered; past memory they spill here,
     # not into the working directory (DuckDB's default for an in-memory database).
     con.execute(f"SET temp_directory = {sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
+    con.execute(f"SET memory_limit = {sql_string(os.environ.get('STOPDOCTOR_LOGS_MEMORY', MEMORY_LIMIT))}")
+    con.execute("SET preserve_insertion_order = false")  # rows are ordered by line_no where it matters
     return con, duckdb
 
 
@@ -198,10 +149,8 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     vocabulary = vocabulary or builtin_vocabulary()
     started = time.perf_counter()
     con, duckdb = _connect()
-    con.execute("CREATE TEMP TABLE rec (file VARCHAR, line_no BIGINT, blank BOOLEAN, bad BOOLEAN, shape VARCHAR, "
-                "finish_raw VARCHAR, finish VARCHAR, model VARCHAR, max_tokens VARCHAR, stop_reason VARCHAR, "
-                "turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, "
-                "tail VARCHAR, multi_choice BOOLEAN)")
+    con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
+    line_counts = 0
     for index, path in enumerate(paths):
         def progress(start: float, span: float, p: str = path):
             if on_progress is None:
@@ -222,11 +171,25 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
             _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
                  progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
             con.execute("DROP TABLE IF EXISTS lines")
+            line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
+            # A streamed response: its chunk rows grouped into one answer each.
+            if con.execute("SELECT count(*) FROM rec WHERE file = ? AND chunks = 0", [path]).fetchone()[0]:
+                con.execute("CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec "
+                            "WHERE file = ? AND chunks = 0", [path])
+                con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})")
+                con.execute("DELETE FROM rec WHERE chunks = 0")
+                con.execute("DROP TABLE chunk_rows")
         except duckdb.Error as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
-    report = _summarise(con, paths, vocabulary, settings)
+    report = _summarise(con, paths, vocabulary, settings, line_counts)
     con.close()
+    if not report.responses:
+        raise InputError(
+            f"no response recognised in {', '.join(paths)}: {report.lines:,} lines, {report.bad_lines:,} not JSON, "
+            f"{report.blank:,} blank, {report.unrecognised:,} JSON without a response in any known shape",
+            hint="each line should be a response of a known API (OpenAI, Anthropic, Bedrock, Gemini, Ollama, TGI, "
+                 "llama.cpp), an OpenTelemetry GenAI span or a request/response pair; --field NAME=$.path maps another")
     return _with_time(report, time.perf_counter() - started)
 
 
@@ -311,17 +274,21 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
     return Diagnosis(missed, None, headline_turn(ordered, weak_allowed=weak_allowed), ordered)
 
 
-def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings) -> LogsReport:
-    (lines, blank, bad, responses, multi_choice), = _rows(con, """
-        SELECT count(*), count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NOT NULL),
-               count(*) FILTER (multi_choice) FROM rec""")
+def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
+               lines: int) -> LogsReport:
+    (blank, bad, unrecognised, responses, multi_choice, streams, chunks), = _rows(con, """
+        SELECT count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NULL AND NOT blank AND NOT bad),
+               count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
+               count(*) FILTER (shape = 'openai-chat-stream'),
+               coalesce(sum(chunks) FILTER (shape = 'openai-chat-stream'), 0) FROM rec""")
     responses_filter = "shape IS NOT NULL"
-    unrecognised = lines - blank - bad - responses
     bad_examples = tuple((f, n) for f, n in _rows(con, "SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no LIMIT 5"))
     shapes = dict(_rows(con, f"SELECT shape, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish = dict(_rows(con, f"SELECT finish, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish_raw = dict(_rows(con, f"SELECT coalesce(finish_raw, '(none)'), count(*) FROM rec WHERE {responses_filter} "
                                  "GROUP BY 1 ORDER BY 2 DESC, 1"))
+    finish_native = _nested(_rows(con, f"SELECT finish, coalesce(finish_raw, '(none)'), count(*) FROM rec "
+                                       f"WHERE {responses_filter} GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"))
     by_model = _nested(_rows(con, f"SELECT model, finish, count(*) FROM rec WHERE {responses_filter} "
                                   "GROUP BY 1, 2 ORDER BY 1 NULLS LAST, 3 DESC, 2"))
     by_max_tokens = _nested(_rows(con, f"SELECT max_tokens, finish, count(*) FROM rec WHERE {responses_filter} "
@@ -341,15 +308,17 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     n = settings.examples
     problems: dict[str, Problem] = {}
     length_count = finish.get("length", 0)
-    length_examples = tuple(Example(f, line, model, raw, tail or "")
+    length_examples = tuple(Example(f, line, model, "length", tail or "", native_finish_reason=raw)
                             for f, line, model, raw, tail in _rows(
-        con, f"SELECT file, line_no, model, finish_raw, tail FROM rec WHERE finish = 'length' ORDER BY file, line_no LIMIT {n}"))
+        con, f"SELECT file, line_no, model, finish_raw, tail FROM rec WHERE finish = 'length' "
+             f"ORDER BY file, line_no, choice LIMIT {n}"))
     problems["budget-truncated"] = Problem("budget-truncated", PROBLEMS["budget-truncated"], length_count,
                                            share(length_count), length_examples, per_model("finish = 'length'"))
     mid = _rows(con, "SELECT count(*) FROM rec WHERE mid_sentence")[0][0]
-    mid_examples = tuple(Example(f, line, model, raw, tail or "")
+    mid_examples = tuple(Example(f, line, model, "length", tail or "", native_finish_reason=raw)
                          for f, line, model, raw, tail in _rows(
-        con, f"SELECT file, line_no, model, finish_raw, tail FROM rec WHERE mid_sentence ORDER BY file, line_no LIMIT {n}"))
+        con, f"SELECT file, line_no, model, finish_raw, tail FROM rec WHERE mid_sentence "
+             f"ORDER BY file, line_no, choice LIMIT {n}"))
     problems["mid-sentence"] = Problem("mid-sentence", PROBLEMS["mid-sentence"], mid, share(mid), mid_examples,
                                        per_model("mid_sentence"))
 
@@ -358,9 +327,9 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     turn_models: Counter[str] = Counter()
     ran_models: Counter[str] = Counter()
     seen: dict[tuple[str, str], Diagnosis] = {}  # the same answer logged again is diagnosed once
-    for f, line, model, raw, finish_value, text in _rows(
+    for f, line, model, raw, finish_value, text in _batches(
             con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec "
-                 "WHERE turn_candidate AND candidate_text IS NOT NULL ORDER BY file, line_no"):
+                 "WHERE turn_candidate AND candidate_text IS NOT NULL ORDER BY file, line_no, choice"):
         found = seen.get((text, finish_value))
         if found is None:
             found = diagnose_text(text, finish_value, vocabulary)
@@ -369,13 +338,13 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
         name = "(not logged)" if model is None else model
         if found.hallucinated_turn is not None:
             turn = found.hallucinated_turn
-            turns.append(Example(f, line, model, raw, _excerpt(text, turn.offset),
-                                 f"{turn.role} turn ({turn.source}) at character {turn.offset}"))
+            turns.append(Example(f, line, model, finish_value, _excerpt(text, turn.offset),
+                                 f"{turn.role} turn ({turn.source}) at character {turn.offset}", raw))
             turn_models[name] += 1
         missed = found.should_have_stopped
         if missed is not None:
-            ran_on.append(Example(f, line, model, raw, _excerpt(text, missed.offset or 0),
-                                  f"{missed.text} at character {missed.offset}, more text after it"))
+            ran_on.append(Example(f, line, model, finish_value, _excerpt(text, missed.offset or 0),
+                                  f"{missed.text} at character {missed.offset}, more text after it", raw))
             ran_models[name] += 1
     problems["hallucinated-turn"] = Problem("hallucinated-turn", PROBLEMS["hallucinated-turn"], len(turns),
                                             share(len(turns)), tuple(turns[:n]), dict(turn_models.most_common()))
@@ -384,6 +353,16 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     # Line numbers of every flagged answer, for callers that need them all (tests, --json).
     flagged = {"hallucinated-turn": tuple((e.file, e.line) for e in turns),
                "ran-past-end-of-turn": tuple((e.file, e.line) for e in ran_on)}
+    lies, lie_lines = lie_problems(con, n, responses, per_model)
+    problems.update(lies)
+    flagged.update(lie_lines)
     return LogsReport(tuple(paths), vocabulary.source, lines, blank, bad, bad_examples, unrecognised, responses,
                       shapes, finish, finish_raw, by_model, by_max_tokens, stop_reasons, problems, settings, 0.0, flagged,
-                      multi_choice)
+                      multi_choice, finish_native, streams, chunks, charts(con) if responses else None)
+
+
+def _batches(con, sql: str, size: int = 10_000):
+    """The rows of `sql`, fetched a batch at a time (never the whole result in Python)."""
+    result = con.execute(sql)
+    while batch := result.fetchmany(size):
+        yield from batch

@@ -1,0 +1,444 @@
+"""The normalising query: engine-neutral DuckDB SQL from log lines of JSON text to one record per
+answer (every choice of an n > 1 response; a streamed response's chunks grouped by `id` into one),
+each field picked from whichever shape the line has (`actions.logs.shapes`), the finish reason
+normalised with the provider's own value kept beside it, and the flags the problems are counted
+from. It runs unchanged on a bigger DuckDB (`--show-sql`).
+
+The first parse of a line reads every scalar path at once (one yyjson parse); arrays that need
+a second look (Anthropic/Bedrock content blocks, Gemini parts, Responses output items, OTLP spans,
+the choices of an n > 1 response) are read again only on lines of that shape.
+
+Imports: actions.logs (shapes, sql, vocabulary). Builds text only; runs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from stopdoctor.actions.logs.shapes import (FAMILY_FIELDS, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE,
+                                            OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS,
+                                            RESPONSE_ROOTS)
+from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
+from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+
+# Problem thresholds (documented in the README and the rules' docs).
+REPETITION_WINDOW = 400  # words: a loop is at the end of an answer, so the last 400 words are scored
+REPETITION_MIN_WORDS = 50  # fewer words than this are never a loop
+REPETITION_THRESHOLD = 0.5  # share of repeated word 4-grams in the window
+REASONING_SHARE = 0.9  # reasoning tokens of the output tokens, for reasoning-consumed-budget
+TAIL = 120  # characters of an answer's end kept for examples
+
+
+class _Lookups:
+    """The flat list of JSON paths read from each line in one parse; `ref` is a path's place."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def ref(self, path: str) -> str:
+        if path not in self.paths:
+            self.paths.append(path)
+        return f"v[{self.paths.index(path) + 1}]"
+
+    def first(self, paths) -> str:
+        refs = list(dict.fromkeys(self.ref(p) for p in paths))
+        if not refs:
+            return "NULL"
+        return refs[0] if len(refs) == 1 else f"coalesce({', '.join(refs)})"
+
+
+def _under(root: str, suffix: str) -> str:
+    return ("$" if root == "$" else root) + suffix
+
+
+def _family(lookups: _Lookups, family: str, field: str) -> str:
+    """A family's field, from the first root that has it (most specific root first)."""
+    return lookups.first(_under(root, s) for root, families in RESPONSE_ROOTS if family in families
+                         for s in FAMILY_FIELDS[family].get(field, ()))
+
+
+def _choice0(lookups: _Lookups, table: Mapping[str, tuple[str, ...]], array: str, field: str) -> str:
+    return lookups.first(_under(root, f".{array}[0]" + s) for root, families in RESPONSE_ROOTS
+                         if ("openai" if array == "choices" else "gemini") in families for s in table[field])
+
+
+def _array_of(lookups: _Lookups, family: str, probe: str, array: str) -> str:
+    """The elements of `array` (JSON list) under the root where `probe` was found: read again."""
+    whens = [f"WHEN {_family_probe(lookups, root, family, probe)} IS NOT NULL THEN json_extract(line, "
+             f"{sql_string(_under(root, array) + '[*]')})"
+             for root, families in RESPONSE_ROOTS if family in families]
+    return "CASE " + " ".join(whens) + " END"
+
+
+def _family_probe(lookups: _Lookups, root: str, family: str, field: str) -> str:
+    return lookups.first(_under(root, s) for s in FAMILY_FIELDS[family][field])
+
+
+# --------------------------------------------------------------------------------------------
+# Second looks at arrays (SQL expressions over a JSON text)
+# --------------------------------------------------------------------------------------------
+
+
+def _join(items: str) -> str:
+    return f"array_to_string({items}, '')"
+
+
+def _gemini_parts(parts: str, thought: bool) -> str:
+    test = "=" if thought else "<>"
+    return (f"CASE WHEN {parts} IS NOT NULL THEN " + _join(
+        f"list_transform(list_filter(json_extract({parts}, '$[*]'), lambda p: "
+        f"coalesce(json_extract_string(p, '$.thought'), 'false') {test} 'true'), "
+        "lambda p: coalesce(json_extract_string(p, '$.text'), ''))") + " END")
+
+
+def _blocks(content: str, path: str) -> str:
+    return f"CASE WHEN {content} IS NOT NULL THEN {_join(f'json_extract_string({content}, {sql_string(path)})')} END"
+
+
+def _responses_items(output: str, kind: str, path: str) -> str:
+    return (f"CASE WHEN {output} IS NOT NULL THEN " + _join(
+        f"list_transform(list_filter(json_extract({output}, '$[*]'), lambda o: json_extract_string(o, '$.type') = "
+        f"{sql_string(kind)}), lambda o: {_join(f'json_extract_string(o, {sql_string(path)})')})") + " END")
+
+
+def _int(expr: str) -> str:
+    return f"try_cast(try_cast({expr} AS DOUBLE) AS BIGINT)"
+
+
+def _timestamp(expr: str) -> str:
+    """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP."""
+    d = f"try_cast({expr} AS DOUBLE)"
+    return (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
+            f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
+            f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' END")
+
+
+def normalised_finish_sql(raw: str) -> str:
+    """`raw` (a provider's finish reason) as one of the five, or as logged when unknown."""
+    groups: dict[str, list[str]] = {}
+    for spelling, normal in FINISH_REASONS.items():
+        groups.setdefault(normal, []).append(spelling)
+    whens = " ".join(f"WHEN lower({raw}) IN ({', '.join(sql_string(s) for s in spellings)}) THEN {sql_string(normal)}"
+                     for normal, spellings in groups.items())
+    return f"CASE WHEN {raw} IS NULL THEN '(none)' {whens} ELSE {raw} END"
+
+
+# --------------------------------------------------------------------------------------------
+# The query
+# --------------------------------------------------------------------------------------------
+
+_COLUMNS = ("line_no", "choice", "blank", "kind", "finish_raw", "finish_hint", "text", "reasoning", "model",
+            "max_tokens", "output_tokens", "reasoning_tokens", "stop_reason", "ts", "multi_choice", "stream_id")
+
+
+def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
+    """Per line: the shape (`kind`) and every field of the first answer, from the first parse."""
+    fam = lambda family, field: _family(lk, family, field)  # noqa: E731
+    oc = lambda field: _choice0(lk, OPENAI_CHOICE, "choices", field)  # noqa: E731
+    gc = lambda field: _choice0(lk, GEMINI_CANDIDATE, "candidates", field)  # noqa: E731
+    request = lambda field: lk.first(r + s for r in REQUEST_ROOTS for s in REQUEST_FIELDS[field])  # noqa: E731
+    stopped_limit = fam("server", "stopped_limit")
+    otel_flat = lk.first(f'{root}."{OTEL[k]}"' for root in OTEL_FLAT_ROOTS for k in ("finish_reasons", "operation"))
+    kind = ("CASE WHEN v IS NULL THEN NULL "
+            "WHEN " + lk.ref("$.resourceSpans") + " IS NOT NULL OR " + lk.ref("$.attributes[0].key") + " IS NOT NULL "
+            "THEN 'otlp' "
+            f"WHEN {otel_flat} IS NOT NULL THEN 'otel' "
+            f"WHEN {fam('openai', 'object')} = 'chat.completion.chunk' OR {oc('text')} IS NULL AND "
+            f"{lk.first(_under(r, '.choices[0].delta.role') for r, fs in RESPONSE_ROOTS if 'openai' in fs)} IS NOT NULL "
+            "THEN 'openai-chat-stream' "
+            f"WHEN {lk.first(_under(r, s) for r, fs in RESPONSE_ROOTS if 'openai' in fs for s in ('.choices[0].message.role', '.choices[0].message.content', '.choices[0].delta.content'))} IS NOT NULL "
+            "THEN 'openai-chat' "
+            f"WHEN {lk.first(_under(r, '.choices[0].text') for r, fs in RESPONSE_ROOTS if 'openai' in fs)} IS NOT NULL "
+            "THEN 'openai-completions' "
+            f"WHEN {fam('responses', 'responses_object')} = 'response' THEN 'openai-responses' "
+            f"WHEN {fam('anthropic', 'anthropic_type')} = 'message' AND {fam('anthropic', 'content_json')} IS NOT NULL "
+            "THEN 'anthropic' "
+            f"WHEN {fam('bedrock', 'finish')} IS NOT NULL THEN 'bedrock-converse' "
+            f"WHEN {gc('finish')} IS NOT NULL OR {gc('parts')} IS NOT NULL OR {fam('gemini', 'block_reason')} IS NOT NULL "
+            "THEN 'gemini' "
+            f"WHEN {fam('server', 'ollama_finish')} IS NOT NULL OR {fam('server', 'ollama_text')} IS NOT NULL THEN 'ollama' "
+            f"WHEN {fam('server', 'tgi_text')} IS NOT NULL OR {fam('server', 'tgi_finish')} IS NOT NULL THEN 'tgi' "
+            f"WHEN {fam('server', 'llamacpp_finish')} IS NOT NULL OR {stopped_limit} IS NOT NULL THEN 'llama.cpp' "
+            f"WHEN {oc('finish')} IS NOT NULL OR {fam('server', 'llamacpp_text')} IS NOT NULL THEN 'other' END")
+    responses_status = fam("responses", "status")
+    responses_output = fam("responses", "output_json")
+    content = fam("anthropic", "content_json")
+    bedrock_content = fam("bedrock", "content_json")
+    parts = gc("parts")
+    finish = (f"CASE kind WHEN 'openai-responses' THEN CASE WHEN {responses_status} = 'incomplete' THEN "
+              f"coalesce({fam('responses', 'incomplete')}, 'incomplete') ELSE {responses_status} END "
+              f"WHEN 'anthropic' THEN {fam('anthropic', 'finish')} WHEN 'bedrock-converse' THEN {fam('bedrock', 'finish')} "
+              f"WHEN 'gemini' THEN coalesce({gc('finish')}, {fam('gemini', 'block_reason')}) "
+              f"WHEN 'ollama' THEN {fam('server', 'ollama_finish')} WHEN 'tgi' THEN {fam('server', 'tgi_finish')} "
+              f"WHEN 'llama.cpp' THEN coalesce({fam('server', 'llamacpp_finish')}, CASE {stopped_limit} "
+              "WHEN 'true' THEN 'limit' WHEN 'false' THEN 'stop' END) "
+              f"ELSE {oc('finish')} END")
+    hint = (f"CASE WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
+            f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) "
+            "THEN 'tool_calls' "
+            f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
+            "THEN 'tool_calls' END")
+    text = (f"CASE kind WHEN 'openai-responses' THEN {_responses_items(responses_output, 'message', '$.content[*].text')} "
+            f"WHEN 'anthropic' THEN {_blocks(content, '$[*].text')} "
+            f"WHEN 'bedrock-converse' THEN {_blocks(bedrock_content, '$[*].text')} "
+            f"WHEN 'gemini' THEN {_gemini_parts(parts, False)} "
+            f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
+            f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
+            f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
+            f"ELSE coalesce({oc('text')}, {fam('server', 'llamacpp_text')}) END")
+    reasoning = (f"CASE kind WHEN 'openai-responses' THEN nullif({_responses_items(responses_output, 'reasoning', '$.summary[*].text')} "
+                 f"|| {_responses_items(responses_output, 'reasoning', '$.content[*].text')}, '') "
+                 f"WHEN 'anthropic' THEN nullif({_blocks(content, '$[*].thinking')}, '') "
+                 f"WHEN 'bedrock-converse' THEN nullif({_blocks(bedrock_content, '$[*].reasoningContent.reasoningText.text')}, '') "
+                 f"WHEN 'gemini' THEN nullif({_gemini_parts(parts, True)}, '') "
+                 f"WHEN 'ollama' THEN {fam('server', 'ollama_reasoning')} "
+                 f"ELSE {oc('reasoning')} END")
+    families = ("openai", "responses", "anthropic", "bedrock", "server")
+    output_tokens = lk.first(_under(r, s) for r, fs in RESPONSE_ROOTS for f in families if f in fs
+                             for s in FAMILY_FIELDS[f].get("output_tokens", ()))
+    gemini_out = f"{_int(fam('gemini', 'output_tokens'))} + coalesce({_int(fam('gemini', 'reasoning_tokens'))}, 0)"
+    reasoning_tokens = lk.first(_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "responses", "gemini")
+                                if f in fs for s in FAMILY_FIELDS[f].get("reasoning_tokens", ()))
+    model = lk.first([_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "gemini", "anthropic", "responses",
+                                                                          "server") if f in fs
+                      for s in FAMILY_FIELDS[f].get("model", ())] + [r + s for r in REQUEST_ROOTS for s in REQUEST_FIELDS["model"]])
+    created = lk.first([_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "gemini", "responses", "server")
+                        if f in fs for s in FAMILY_FIELDS[f].get("created", ())] + list(LINE_TIMESTAMPS))
+    multi = (f"{_family(lk, 'openai', 'second_choice')} IS NOT NULL AND kind LIKE 'openai%' OR "
+             f"{_family(lk, 'gemini', 'second_candidate')} IS NOT NULL AND kind = 'gemini'")
+    fields = {
+        "kind": kind, "finish_raw": finish, "finish_hint": hint, "text": text, "reasoning": reasoning,
+        "model": model,
+        "max_tokens": f"coalesce({request('max_tokens')}, {fam('responses', 'max_tokens')})",
+        "output_tokens": f"CASE WHEN kind = 'gemini' THEN {gemini_out} ELSE {_int(output_tokens)} END",
+        "reasoning_tokens": _int(reasoning_tokens),
+        "stop_reason": (f"CASE kind WHEN 'anthropic' THEN {fam('anthropic', 'stop_reason')} WHEN 'llama.cpp' THEN "
+                        f"{fam('server', 'llamacpp_stop')} ELSE coalesce({oc('stop_reason')}, {fam('server', 'llamacpp_stop')}) END"),
+        "ts": _timestamp(created),
+        "multi_choice": f"coalesce({multi}, false)",
+        "stream_id": f"CASE WHEN kind = 'openai-chat-stream' THEN coalesce({fam('openai', 'id')}, 'line ' || line_no) END",
+        "choice": f"CASE WHEN kind = 'openai-chat-stream' THEN coalesce({_int(oc('index'))}, 0) ELSE 0 END",
+        "openai_choices": _array_of(lk, "openai", "second_choice", ".choices"),
+        "gemini_candidates": _array_of(lk, "gemini", "second_candidate", ".candidates"),
+    }
+    if overrides:
+        names = {"finish_reason": "finish_raw", "timestamp": "ts"}
+        for name, path in overrides.items():
+            ref = lk.ref(path)
+            column = names.get(name, name)
+            fields[column] = {"ts": _timestamp(ref), "output_tokens": _int(ref),
+                              "reasoning_tokens": _int(ref)}.get(column, ref)
+        fields.update(finish_hint="NULL", multi_choice="false", stream_id="NULL", choice="0")
+        fields["custom_kind"] = "true"
+    return fields
+
+
+_ANSWER = {"choice": "INTEGER", "kind": "VARCHAR", "finish_raw": "VARCHAR", "finish_hint": "VARCHAR",
+           "text": "VARCHAR", "reasoning": "VARCHAR", "model": "VARCHAR", "max_tokens": "VARCHAR",
+           "output_tokens": "BIGINT", "reasoning_tokens": "BIGINT", "stop_reason": "VARCHAR", "ts": "TIMESTAMP",
+           "multi_choice": "BOOLEAN", "stream_id": "VARCHAR"}
+
+
+def _answer(fields: Mapping[str, str]) -> str:
+    """One answer as a struct (the same type from every shape, so a line is a list of them)."""
+    return "struct_pack(" + ", ".join(f"{name} := CAST({fields.get(name, 'NULL')} AS {kind})"
+                                      for name, kind in _ANSWER.items()) + ")"
+
+
+def _choices_list(line: Mapping[str, str]) -> str:
+    """Every choice of an n > 1 response (OpenAI choices, Gemini candidates), read again."""
+    def get(table, field: str, c: str = "c") -> str:
+        return "coalesce(" + ", ".join(f"json_extract_string({c}, {sql_string('$' + s)})" for s in table[field]) + ")"
+
+    shared = {k: line[k] for k in ("model", "max_tokens", "output_tokens", "reasoning_tokens", "ts", "stream_id")}
+    openai = _answer({**shared, "choice": "coalesce(try_cast(" + get(OPENAI_CHOICE, "index") + " AS INTEGER), i - 1)",
+                      "kind": "kind", "finish_raw": get(OPENAI_CHOICE, "finish"), "text": get(OPENAI_CHOICE, "text"),
+                      "reasoning": get(OPENAI_CHOICE, "reasoning"), "stop_reason": get(OPENAI_CHOICE, "stop_reason"),
+                      "multi_choice": "true"})
+    parts = get(GEMINI_CANDIDATE, "parts")
+    gemini = _answer({**shared, "choice": "i - 1", "kind": "kind", "finish_raw": get(GEMINI_CANDIDATE, "finish"),
+                      "finish_hint": f"CASE WHEN len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
+                                     "THEN 'tool_calls' END",
+                      "text": _gemini_parts(parts, False), "reasoning": f"nullif({_gemini_parts(parts, True)}, '')",
+                      "multi_choice": "true"})
+    return (f"CASE WHEN kind = 'gemini' THEN list_transform(gemini_candidates, lambda c, i: {gemini}) "
+            f"ELSE list_transform(openai_choices, lambda c, i: {openai}) END")
+
+
+def _otel_list(lk: _Lookups) -> str:
+    """Every answer of each GenAI span of a line: OTLP JSON (attributes as key/AnyValue lists,
+    spans under resourceSpans[].scopeSpans[], or one span a line) or a flattened span (attributes
+    as one object, under `attributes` or at the top). `gen_ai.response.finish_reasons` holds one
+    reason a choice; a generation span without it is one answer with no reason (or `error.type`)."""
+    def attribute(key: str) -> str:
+        return (f"list_filter(json_extract(s, '$.attributes[*]'), lambda a: json_extract_string(a, '$.key') = "
+                f"{sql_string(OTEL[key])})[1]")
+
+    def otlp(key: str) -> str:
+        a = attribute(key)
+        return (f"coalesce(json_extract_string({a}, '$.value.stringValue'), json_extract_string({a}, '$.value.intValue'), "
+                f"json_extract_string({a}, '$.value.doubleValue'))")
+
+    def flat(key: str) -> str:
+        return lk.first(f'{root}."{OTEL[key]}"' for root in OTEL_FLAT_ROOTS)
+
+    def reasons(array_or_text: str) -> str:
+        return (f"CASE WHEN {array_or_text} IS NULL THEN [] WHEN starts_with(ltrim({array_or_text}), '[') "
+                f"THEN json_extract_string({array_or_text}, '$[*]') ELSE [{array_or_text}] END")
+
+    def answers(get, reason_list: str, start: str) -> str:
+        listed = f"CASE WHEN len({reason_list}) > 0 THEN {reason_list} ELSE [{get('error_type')}] END"
+        text = _join(f"list_transform(list_filter(json_extract(json_extract({get('output_messages')}, '$[*]')[i], '$.parts[*]'), "
+                     "lambda p: json_extract_string(p, '$.type') = 'text'), lambda p: json_extract_string(p, '$.content'))")
+        one = _answer({"choice": "i - 1", "kind": "kind", "finish_raw": "r",
+                       "finish_hint": f"CASE WHEN len({reason_list}) = 0 AND r IS NOT NULL THEN 'error' END",
+                       "text": f"CASE WHEN {get('output_messages')} IS NOT NULL THEN {text} END",
+                       "model": f"coalesce({get('response_model')}, {get('request_model')})",
+                       "max_tokens": get("max_tokens"), "output_tokens": _int(get("output_tokens")),
+                       "reasoning_tokens": _int(get("reasoning_tokens")), "ts": _timestamp(start),
+                       "multi_choice": f"len({reason_list}) > 1"})
+        return f"list_transform({listed}, lambda r, i: {one})"
+
+    generation = ", ".join(sql_string(op) for op in OTEL_GENERATIONS)
+    otlp_reasons = (f"coalesce(nullif(json_extract_string({attribute('finish_reasons')}, "
+                    f"'$.value.arrayValue.values[*].stringValue'), []), {reasons(otlp('finish_reasons'))})")
+    otlp_answers = answers(otlp, otlp_reasons, "json_extract_string(s, '$.startTimeUnixNano')")
+    spans = (f"CASE WHEN {lk.ref('$.resourceSpans')} IS NOT NULL "
+             "THEN json_extract(line, '$.resourceSpans[*].scopeSpans[*].spans[*]') ELSE [json(line)] END")
+    is_generation = f"{otlp('operation')} IN ({generation}) OR {attribute('finish_reasons')} IS NOT NULL"
+    flat_answers = answers(flat, reasons(flat("finish_reasons")), created_expr(lk))
+    return (f"CASE WHEN kind = 'otlp' THEN flatten(list_transform(list_filter({spans}, lambda s: {is_generation}), "
+            f"lambda s: {otlp_answers})) ELSE {flat_answers} END")
+
+
+def created_expr(lk: _Lookups) -> str:
+    return lk.first(list(LINE_TIMESTAMPS) + ['$."startTimeUnixNano"'])
+
+
+def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[str, str] | None = None) -> str:
+    """The query: from `source` (a relation with `line_no` and `line`, one log line of JSON text
+    each) to one row per answer (derived flags computed, `derived_sql`), one row per line that
+    holds none (blank, bad, or JSON without a response), and, for a streamed response, one row
+    per chunk (kind `openai-chat-stream`, raw fields kept) that `streams_sql` then groups into
+    one answer. One pass over the lines; DuckDB SQL only, no Python in the loop."""
+    overrides = dict(overrides or {})
+    lk = _Lookups()
+    fields = _line_fields(lk, overrides)
+    kind = fields.pop("kind")
+    custom_kind = fields.pop("custom_kind", None)
+    if custom_kind:  # a custom log: every line with a mapped finish reason or text is one answer
+        many = "NULL"
+        custom = (f"SELECT * REPLACE (CASE WHEN v IS NOT NULL AND ({fields['finish_raw']} IS NOT NULL OR "
+                  f"{fields['text']} IS NOT NULL) THEN 'custom' END AS kind) FROM kinded")
+    else:
+        many = (f"CASE WHEN kind IN ('otlp', 'otel') THEN {_otel_list(lk)} WHEN {fields['multi_choice']} THEN "
+                f"{_choices_list(fields)} END")
+        custom = "SELECT * FROM kinded"
+    one = _answer({**fields, "kind": "kind"})
+    path_list = "[" + ", ".join(sql_string(p) for p in lk.paths) + "]"
+    arrays = ", ".join(f"{fields[name]} AS {name}" for name in ("openai_choices", "gemini_candidates")) if not custom_kind \
+        else "NULL AS openai_choices, NULL AS gemini_candidates"
+    answer_columns = ", ".join(f"a.{name} AS {name}" for name in _ANSWER)
+    return f"""
+WITH parsed AS (
+    SELECT line_no, line,
+           line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') AS blank,
+           CASE WHEN json_valid(line) THEN json_extract_string(line, {path_list}) END AS v
+    FROM (SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line
+          FROM {source})
+), kinded AS (
+    SELECT *, {kind} AS kind FROM parsed
+), listed AS (
+    SELECT *, {many} AS many FROM (SELECT *, {arrays} FROM ({custom}))
+), answers AS (
+    -- one row per answer; a line with none (blank, bad, JSON without a response, an OTLP line
+    -- without a generation span) is one row with no shape
+    SELECT line_no, blank, v IS NULL AND NOT blank AS bad,
+           unnest(CASE WHEN kind IS NULL THEN [NULL] WHEN len(many) > 0 THEN many WHEN many IS NOT NULL THEN [NULL]
+                       ELSE [{one}] END) AS a
+    FROM listed
+), flat AS (
+    SELECT line_no, blank, bad, {answer_columns} FROM answers
+)
+{_stored(derived_sql('flat', vocabulary))}
+"""
+
+
+def _stored(derived: str) -> str:
+    """The columns the records table keeps: a chunk of a stream keeps its raw text until the
+    chunks are grouped (`streams_sql`); an answer keeps only what its problems need."""
+    return (f"SELECT * REPLACE (CASE WHEN shape = 'openai-chat-stream' AND chunks = 0 THEN text END AS text, "
+            "CASE WHEN shape = 'openai-chat-stream' AND chunks = 0 THEN reasoning END AS reasoning) "
+            f"FROM ({derived})")
+
+
+def streams_sql(source: str, vocabulary: TurnVocabulary) -> str:
+    """A streamed response's chunk rows (from `normalise_sql`, in `source`) grouped by `id` and
+    choice into one answer: the finish reason from the last chunk that has one, the text and the
+    reasoning reassembled in line order, the usage from the chunk that carries it."""
+    return f"""
+WITH streams AS (
+    SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad, 'openai-chat-stream' AS kind,
+           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, NULL AS finish_hint,
+           string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
+           any_value(model) AS model, any_value(max_tokens) AS max_tokens, max(output_tokens) AS output_tokens,
+           max(reasoning_tokens) AS reasoning_tokens,
+           arg_max(stop_reason, line_no) FILTER (stop_reason IS NOT NULL) AS stop_reason, min(ts) AS ts,
+           bool_or(multi_choice) OR count(*) OVER (PARTITION BY stream_id) > 1 AS multi_choice, stream_id,
+           count(*) AS chunks
+    FROM {source} WHERE chunks = 0 GROUP BY stream_id, choice
+)
+{_stored(derived_sql('streams', vocabulary))}
+"""
+
+
+def derived_sql(relation: str, vocabulary: TurnVocabulary) -> str:
+    """Per answer of `relation`: the normalised finish reason and every flag a problem is counted
+    from (the thresholds are the module's constants)."""
+    return f"""
+WITH normalised AS (
+    SELECT *, CASE WHEN finish_hint IS NOT NULL THEN finish_hint ELSE {normalised_finish_sql('finish_raw')} END AS finish,
+           {prefilter_sql(vocabulary, 'text')} AS turn_candidate
+    FROM {relation}
+), scored AS (
+    SELECT *,
+           CASE WHEN finish = 'stop' AND length(text) >= {REPETITION_MIN_WORDS * 2}
+                THEN string_split_regex(trim(text), '\s+')[-{REPETITION_WINDOW}:] END AS words,
+           CASE WHEN finish = 'length' AND text IS NOT NULL
+                THEN trim(regexp_replace(text, '(?s)<think>.*?(</think>|$)', '', 'g')) END AS visible,
+           CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends
+    FROM normalised
+)
+SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
+       output_tokens, reasoning_tokens, ts,
+       {'chunks' if relation == 'streams' else "CASE WHEN kind = 'openai-chat-stream' THEN 0 ELSE 1 END"} AS chunks,
+       coalesce(turn_candidate, false) AS turn_candidate,
+       finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
+           AND NOT regexp_matches(rtrim(text), {sql_string(_SENTENCE_END_SQL)}) AS mid_sentence,
+       CASE WHEN turn_candidate THEN text END AS candidate_text,
+       CASE WHEN length(rtrim(coalesce(nullif(text, ''), reasoning))) > {TAIL}
+            THEN '…' || right(rtrim(coalesce(nullif(text, ''), reasoning)), {TAIL})
+            ELSE rtrim(coalesce(nullif(text, ''), reasoning)) END AS tail,
+       coalesce(multi_choice, false) AND kind IS NOT NULL AS multi_choice,
+       -- truncated-but-reported-finished: finished by its own account, yet exactly at the budget
+       coalesce(finish IN ('stop', 'tool_calls') AND NOT coalesce(multi_choice, false)
+           AND output_tokens = {_int('max_tokens')}, false) AS truncated_finished,
+       -- degenerate-repetition: the share of repeated word 4-grams in the last words of a `stop` answer
+       CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
+            lambda i: words[i] || ' ' || words[i + 1] || ' ' || words[i + 2] || ' ' || words[i + 3])))
+            / (len(words) - 3) END AS repetition,
+       -- reasoning-consumed-budget: cut by the budget with no answer after reasoning, reasoning tokens
+       -- at least REASONING_SHARE of the output, or the model closing its reasoning more than once
+       coalesce(finish = 'length' AND (
+           (coalesce(visible, '') = '' AND (nullif(reasoning, '') IS NOT NULL OR reasoning_tokens > 0
+                                            OR text LIKE '%<think>%' OR (text = '' AND kind LIKE 'openai-c%')))
+           OR (output_tokens > 0 AND reasoning_tokens >= {REASONING_SHARE} * output_tokens)
+           OR think_ends > 1), false) AS reasoning_budget,
+       CASE WHEN output_tokens > 0 THEN reasoning_tokens::DOUBLE / output_tokens END AS reasoning_share,
+       think_ends, coalesce(visible, '') = '' AS empty_answer,
+       text, reasoning, finish_hint, stream_id
+FROM scored
+"""
+
+
+_SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""

@@ -1,0 +1,94 @@
+"""The records table summarised beyond the finish-reason counts: the three problems of finish
+reasons that lie (`truncated-but-reported-finished`, `degenerate-repetition`,
+`reasoning-consumed-budget`, flagged per answer by `actions.logs.records.derived_sql`) and the
+figures the pictures are drawn from (output tokens against max_tokens, finish reasons over time).
+Every figure is a GROUP BY in DuckDB; only the examples that are printed come back to Python.
+
+Imports: actions.logs (records' thresholds, report). Runs SQL on a connection it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from stopdoctor.actions.logs.records import REASONING_SHARE, REPETITION_THRESHOLD
+from stopdoctor.actions.logs.report import HISTOGRAM_BINS, PROBLEMS, Charts, Example, Problem, Timeline, TokenHistogram
+
+# Which records each problem counts, as a condition on the records table.
+LIE_CONDITIONS = {
+    "truncated-but-reported-finished": "truncated_finished",
+    "degenerate-repetition": f"repetition >= {REPETITION_THRESHOLD}",
+    "reasoning-consumed-budget": "reasoning_budget",
+}
+
+
+def _detail(key: str, output_tokens, max_tokens, repetition, reasoning_share, think_ends, empty_answer) -> str:
+    if key == "truncated-but-reported-finished":
+        return f"{output_tokens:,} output tokens = max_tokens {max_tokens}"
+    if key == "degenerate-repetition":
+        return f"{repetition * 100:.0f}% of its last word 4-grams repeat"
+    parts = []
+    if empty_answer:
+        parts.append("no answer after the reasoning")
+    if reasoning_share is not None and reasoning_share >= REASONING_SHARE:
+        parts.append(f"reasoning {reasoning_share * 100:.0f}% of {output_tokens:,} output tokens")
+    if think_ends and think_ends > 1:
+        parts.append(f"</think> {think_ends} times")
+    return ", ".join(parts)
+
+
+def lie_problems(con, examples: int, responses: int,
+                 per_model: Callable[[str], dict[str, int]]) -> tuple[dict[str, Problem], dict[str, tuple]]:
+    """The three problems with their examples, and every flagged (file, line) of each."""
+    problems: dict[str, Problem] = {}
+    flagged: dict[str, tuple] = {}
+    for key, condition in LIE_CONDITIONS.items():
+        count = con.execute(f"SELECT count(*) FROM rec WHERE {condition}").fetchone()[0]
+        rows = con.execute(
+            "SELECT file, line_no, model, finish, finish_raw, tail, output_tokens, max_tokens, repetition, "
+            f"reasoning_share, think_ends, empty_answer FROM rec WHERE {condition} ORDER BY file, line_no, choice "
+            f"LIMIT {examples}").fetchall()
+        shown = tuple(Example(f, line, model, finish, tail or "", _detail(key, *rest), native)
+                      for f, line, model, finish, native, tail, *rest in rows)
+        problems[key] = Problem(key, PROBLEMS[key], count, count / responses if responses else 0.0, shown,
+                                per_model(condition) if count else {})
+        flagged[key] = tuple(con.execute(f"SELECT file, line_no FROM rec WHERE {condition} "
+                                         "ORDER BY file, line_no, choice LIMIT 10000").fetchall())
+    return problems, flagged
+
+
+_BUCKETS = (("1 minute", 60), ("5 minutes", 300), ("15 minutes", 900), ("1 hour", 3600), ("6 hours", 21600),
+            ("1 day", 86400), ("7 days", 604800), ("30 days", 2592000))
+
+
+def charts(con, histograms: int = 6) -> Charts:
+    """Output tokens per (model, max_tokens), the most common pairs first, and finish reasons per
+    time bucket (at most 48 buckets) when the lines carry timestamps."""
+    sized = ("SELECT coalesce(model, '(not logged)') AS model, try_cast(try_cast(max_tokens AS DOUBLE) AS BIGINT) AS mt, "
+             "output_tokens FROM rec WHERE shape IS NOT NULL")
+    without = con.execute(f"SELECT count(*) FROM ({sized}) WHERE NOT (mt > 0 AND output_tokens IS NOT NULL)").fetchone()[0]
+    pairs = con.execute(f"SELECT model, mt, count(*) FROM ({sized}) WHERE mt > 0 AND output_tokens IS NOT NULL "
+                        f"GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT {histograms}").fetchall()
+    shown = []
+    for model, max_tokens, total in pairs:
+        counts = dict(con.execute(
+            f"SELECT least(CAST(floor(output_tokens * {HISTOGRAM_BINS}.0 / mt) AS INTEGER), {HISTOGRAM_BINS}), count(*) "
+            f"FROM ({sized}) WHERE model = ? AND mt = ? AND output_tokens IS NOT NULL GROUP BY 1",
+            [model, max_tokens]).fetchall())
+        shown.append(TokenHistogram(model, max_tokens, tuple(counts.get(i, 0) for i in range(HISTOGRAM_BINS)),
+                                    counts.get(HISTOGRAM_BINS, 0), total))
+    return Charts(tuple(shown), _timeline(con), without)
+
+
+def _timeline(con) -> Timeline | None:
+    first, last = con.execute("SELECT min(ts), max(ts) FROM rec WHERE shape IS NOT NULL").fetchone()
+    if first is None:
+        return None
+    span = (last - first).total_seconds()
+    bucket = next((name for name, seconds in _BUCKETS if span / seconds <= 48), _BUCKETS[-1][0])
+    rows = con.execute(f"SELECT time_bucket(INTERVAL '{bucket}', ts) AS b, finish, count(*) FROM rec "
+                       "WHERE shape IS NOT NULL AND ts IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2").fetchall()
+    grouped: dict[str, dict[str, int]] = {}
+    for start, finish, count in rows:
+        grouped.setdefault(start.isoformat(), {})[finish] = count
+    return Timeline(bucket, tuple(grouped.items()))

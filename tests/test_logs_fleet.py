@@ -1,0 +1,236 @@
+"""`stopdoctor logs` on a real fleet's shapes: each provider and telemetry shape read with exact
+normalised counts (fixtures written from each API's spec, fixtures/logs/shapes/), the three
+problems of finish reasons that lie counted exactly on fixtures with known truth and silent on
+honest answers (fixtures/logs/lies.jsonl), input with no response exits 2, and the pictures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stopdoctor.actions.logs.query import analyze_logs
+from stopdoctor.core.errors import InputError
+
+from .helpers import cli
+
+pytest.importorskip("duckdb")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = ROOT / "fixtures" / "logs" / "shapes"
+LIES = ROOT / "fixtures" / "logs" / "lies.jsonl"
+
+# file -> (lines, answers, bad, blank, unrecognised, answers from n > 1, shapes, normalised, as logged)
+EXPECTED = {
+    "anthropic.jsonl": (8, 8, 0, 0, 0, 0, {"anthropic": 8},
+                        {"stop": 4, "length": 2, "content_filter": 1, "tool_calls": 1},
+                        {"end_turn": 2, "stop_sequence": 1, "pause_turn": 1, "max_tokens": 1,
+                         "model_context_window_exceeded": 1, "refusal": 1, "tool_use": 1}),
+    "bedrock.jsonl": (7, 7, 0, 0, 0, 0, {"bedrock-converse": 7},
+                      {"stop": 2, "length": 2, "tool_calls": 1, "content_filter": 2},
+                      {"end_turn": 1, "stop_sequence": 1, "max_tokens": 2, "tool_use": 1, "guardrail_intervened": 1,
+                       "content_filtered": 1}),
+    "gemini.jsonl": (9, 10, 0, 0, 0, 2, {"gemini": 10},
+                     {"stop": 2, "length": 2, "tool_calls": 1, "content_filter": 3, "error": 2},
+                     {"STOP": 3, "MAX_TOKENS": 2, "SAFETY": 1, "RECITATION": 1, "PROHIBITED_CONTENT": 1,
+                      "MALFORMED_FUNCTION_CALL": 1, "OTHER": 1}),
+    "openai-responses.jsonl": (6, 6, 0, 0, 0, 0, {"openai-responses": 6},
+                               {"stop": 2, "length": 1, "tool_calls": 1, "content_filter": 1, "error": 1},
+                               {"completed": 3, "max_output_tokens": 1, "content_filter": 1, "failed": 1}),
+    "openai-stream.jsonl": (13, 4, 0, 1, 0, 2, {"openai-chat-stream": 4},
+                            {"stop": 2, "length": 1, "tool_calls": 1}, {"stop": 2, "length": 1, "tool_calls": 1}),
+    "otel-otlp.jsonl": (8, 9, 0, 0, 1, 3, {"otlp": 9},
+                        {"stop": 3, "length": 2, "tool_calls": 1, "content_filter": 1, "error": 2},
+                        {"stop": 3, "length": 2, "tool_call": 1, "content_filter": 1, "error": 1, "timeout": 1}),
+    "otel-flat.jsonl": (4, 5, 0, 0, 0, 2, {"otel": 5}, {"stop": 3, "length": 1, "tool_calls": 1},
+                        {"stop": 3, "length": 1, "tool_call": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_shape_is_read_with_exact_normalised_counts(name):
+    lines, answers, bad, blank, unrecognised, multi, shapes, finish, native = EXPECTED[name]
+    report = analyze_logs([str(SHAPES / name)])
+    assert (report.lines, report.responses, report.bad_lines, report.blank, report.unrecognised,
+            report.multi_choice) == (lines, answers, bad, blank, unrecognised, multi)
+    assert report.shapes == shapes
+    assert report.finish == finish
+    assert report.finish_raw == native
+    # every provider value sits under the normalised reason it counts for
+    assert {k: sum(v.values()) for k, v in report.finish_native.items()} == finish
+
+
+def test_the_json_counts_are_normalised_with_the_providers_value_beside():
+    doc = cli("logs", str(SHAPES / "gemini.jsonl"), "--json").json()
+    assert doc["finish_reason"] == EXPECTED["gemini.jsonl"][7]
+    assert doc["finish_reason_native"]["content_filter"] == {"SAFETY": 1, "RECITATION": 1, "PROHIBITED_CONTENT": 1}
+    example = doc["problems"]["budget-truncated"]["examples"][0]
+    assert (example["finish_reason"], example["native_finish_reason"]) == ("length", "MAX_TOKENS")
+
+
+def test_a_stream_is_reassembled_before_it_is_diagnosed(tmp_path):
+    pieces = ["Paris.", "<|im_end|>\n<|im_start|>", "user\nAnd Germany?"]
+    chunks = [{"id": "s1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    chunks.append({"id": "s1", "object": "chat.completion.chunk", "model": "m",
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in chunks))
+    report = analyze_logs([str(path)])
+    assert (report.responses, report.streams, report.chunks) == (1, 1, 4)
+    assert report.flagged["hallucinated-turn"] == ((str(path), 1),)
+    assert report.problems["mid-sentence"].count == 0  # "And Germany?" ends a sentence: the whole text was read
+
+
+# fixtures/logs/lies.jsonl: lines 1-2 truncated at the budget yet reported finished, 5-6 loops
+# reported `stop`, 9-11 budget consumed by reasoning; every other line is an honest answer.
+LIE_LINES = {"truncated-but-reported-finished": [1, 2], "degenerate-repetition": [5, 6],
+             "reasoning-consumed-budget": [9, 10, 11]}
+
+
+def test_finish_reasons_that_lie_are_counted_exactly_and_never_on_honest_answers():
+    report = analyze_logs([str(LIES)])
+    for key, lines in LIE_LINES.items():
+        assert report.problems[key].count == len(lines), key
+        assert [n for _, n in report.flagged[key]] == lines, key
+    details = {k: [e.detail for e in report.problems[k].examples] for k in LIE_LINES}
+    assert details["truncated-but-reported-finished"][0] == "64 output tokens = max_tokens 64"
+    assert details["degenerate-repetition"][0].startswith("100% of its last word 4-grams repeat")
+    assert details["reasoning-consumed-budget"] == [
+        "no answer after the reasoning, reasoning 100% of 512 output tokens", "reasoning 95% of 1,000 output tokens",
+        "</think> 2 times"]
+
+
+def test_the_shape_fixtures_hold_only_the_lies_they_were_written_with():
+    flagged = {}
+    for path in sorted(SHAPES.glob("*.jsonl")):
+        report = analyze_logs([str(path)])
+        for key in LIE_LINES:
+            if report.problems[key].count:
+                flagged[(path.name, key)] = [n for _, n in report.flagged[key]]
+    assert flagged == {("bedrock.jsonl", "reasoning-consumed-budget"): [7],
+                       ("gemini.jsonl", "reasoning-consumed-budget"): [2],
+                       ("openai-responses.jsonl", "reasoning-consumed-budget"): [2],
+                       ("openai-responses.jsonl", "truncated-but-reported-finished"): [6],
+                       ("otel-otlp.jsonl", "truncated-but-reported-finished"): [3]}
+
+
+def test_the_new_problems_are_findings():
+    run = cli("logs", str(LIES), "--json")
+    codes = [f["code"] for f in run.json()["findings"]]
+    assert {"SD704", "SD705", "SD706"} <= set(codes)
+
+
+@pytest.mark.parametrize("lines", [
+    ['{"event": "login", "user": "alice"}', '{"event": "logout"}'],  # JSON, but no response in it
+    ["not json", "{broken"],  # every line bad
+    [],  # empty
+])
+def test_input_with_no_response_exits_2_with_one_line(tmp_path, lines):
+    path = tmp_path / "x.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with pytest.raises(InputError, match="no response recognised"):
+        analyze_logs([str(path)])
+    run = cli("logs", str(path))
+    assert run.code == 2 and run.stderr.splitlines()[0].startswith("stopdoctor: error: no response recognised in")
+    assert run.stdout == ""
+
+
+def test_charts_figures_from_tokens_and_timestamps():
+    report = analyze_logs([str(LIES)])
+    histogram = {(h.model, h.max_tokens): h for h in report.charts.histograms}
+    assert histogram[("qwen3-8b", 64)].at_budget == 1 and histogram[("qwen3-8b", 64)].total == 2
+    assert sum(h.total for h in report.charts.histograms) + report.charts.without_tokens <= report.responses
+    otlp = analyze_logs([str(SHAPES / "otel-otlp.jsonl")])
+    assert otlp.charts.timeline is not None and otlp.charts.timeline.bucket == "5 minutes"
+    assert sum(sum(c.values()) for _, c in otlp.charts.timeline.rows) == 9
+
+
+# --------------------------------------------------------------------------------------------
+# Pictures
+# --------------------------------------------------------------------------------------------
+
+
+def test_terminal_pictures_and_html_page(tmp_path):
+    page = tmp_path / "report.html"
+    run = cli("logs", str(LIES), "--html", str(page), "--no-color")
+    assert "output tokens per model and max_tokens" in run.stdout
+    assert "qwen3-8b @ 64" in run.stdout and "1 of 2 at the budget (50.0%)" in run.stdout
+    text = page.read_text()
+    assert "<script" not in text and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert text.count('class="chart histogram"') == 6  # the six most common (model, max_tokens) pairs
+    otlp_page = tmp_path / "otlp.html"
+    cli("logs", str(SHAPES / "otel-otlp.jsonl"), "--html", str(otlp_page))
+    assert 'class="chart timeline"' in otlp_page.read_text()
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome", "chrome")
+                 if shutil.which(name)), None)
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, set[bytes]]:
+    """Width, height and the distinct RGB(A) pixels of an 8-bit PNG, by the PNG spec (zlib only)."""
+    import struct
+    import zlib
+
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, kind = 8, b"", 0, 0, 6
+    while pos < len(data):
+        length, name = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if name == b"IHDR":
+            width, height, _, kind = struct.unpack(">IIBB", chunk[:10])
+        elif name == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    channels = {2: 3, 6: 4}[kind]
+    raw, stride, rows, previous = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        kind_byte, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - channels] if x >= channels else 0
+            b, c = previous[x], previous[x - channels] if x >= channels else 0
+            if kind_byte == 1:
+                line[x] = (line[x] + a) & 255
+            elif kind_byte == 2:
+                line[x] = (line[x] + b) & 255
+            elif kind_byte == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif kind_byte == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        previous = line
+    pixels = {row[i:i + 3] for row in rows[::4] for i in range(0, stride, channels * 4)}
+    return width, height, pixels
+
+
+@pytest.mark.slow
+def test_the_html_report_renders_in_headless_chromium(tmp_path):
+    """The page is opened by a real browser: the SVG bars are in the rendered DOM with their
+    sizes, and a screenshot is not blank (the red of the at-budget bars is on it)."""
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium: apt-get install -y chromium (the .ci/run script does)")
+    page = tmp_path / "report.html"
+    cli("logs", str(LIES), "--html", str(page))
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count('class="chart histogram"') == 6
+    bars = dom.count('<rect class="bar"')
+    assert bars >= 6 * 21, bars  # 20 bins and the at-budget bar per histogram, plus the length shares
+    shot = tmp_path / "shot.png"
+    subprocess.run(flags + [f"--screenshot={shot}", "--window-size=800,1200", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    width, height, pixels = _png_pixels(shot.read_bytes())
+    assert (width, height) == (800, 1200)
+    assert len(pixels) > 5, "blank screenshot"
+    assert any(p[0] > 150 and p[1] < 80 and p[2] < 80 for p in pixels), "no red at-budget bar on the screenshot"
