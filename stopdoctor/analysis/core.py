@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
+from stopdoctor.runtimes.engines import all_stops
+from stopdoctor.runtimes.stops import RuntimeStops
 from stopdoctor.template.render import TemplateIgnoresMessages
 from stopdoctor.template.turns import TurnStructure, analyze_turns, template_writes_bos
 from stopdoctor.analysis.verdict import Verdict, decide
@@ -130,7 +131,7 @@ def analyze(facts: ModelFacts) -> Analysis:
                     analysis.rejected_end_of_turn.append((mapped, hazard))
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
-    analysis.stops = effective_stops(facts)
+    analysis.stops = all_stops(facts)  # the core runtimes, then the other engines
     analysis.verdict = decide(facts, analysis.end_of_turn_ids)
     return analysis
 

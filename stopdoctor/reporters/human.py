@@ -9,6 +9,7 @@ from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Check
 from stopdoctor.core.findings import Severity
+from stopdoctor.runtimes.stops import RUNTIMES
 from stopdoctor.reporters.console import capture, text_of
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -51,10 +52,15 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     if facts.templates and not analysis.end_of_turn:
         out.print("  end of turn  [red]none: nothing follows assistant content[/]")
     out.print("  stop ids")
-    for stops in analysis.stops:
+    core = [s for s in analysis.stops if s.runtime in RUNTIMES]
+    engines = [s for s in analysis.stops if s.runtime not in RUNTIMES]
+    for stops in core:
         parts = ", ".join(f"{s.id} {escape(s.text or '?')} [dim]({escape(str(s.location))})[/]" for s in stops.stops) or "[red]none[/]"
         unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
         out.print(f"    {stops.runtime:<12} {parts}{unsure}")
+    if engines:  # one line: each engine's ids (`inspect --json` stop_ids.per_runtime has their sources)
+        listed = ", ".join(f"{s.runtime} {s.ids}{'' if s.complete else '?'}" for s in engines)
+        out.print(f"    {'engines':<12} [dim]{escape(listed)}[/]")
     out.print()
     print_findings(out, result.findings, unfinished)
     return text_of(out)

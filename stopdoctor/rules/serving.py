@@ -16,6 +16,7 @@ from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.inputs import ServingInput
+from stopdoctor.runtimes.advice import serving_stop_line
 from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
@@ -98,7 +99,7 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
 
     Fix:
     Add the end-of-turn as a stop: `PARAMETER stop "<|eot_id|>"` (Ollama);
-    `--override-kv tokenizer.ggml.eot_token_id=int:N` (llama.cpp); for vLLM put the id in the
+    `--override-kv tokenizer.ggml.eos_token_id=int:N` (llama.cpp); for vLLM put the id in the
     model's generation_config.json `eos_token_id` (`stopdoctor fix MODEL --write`) and serve with
     `--generation-config auto`. `--override-generation-config` cannot add stop ids.
 
@@ -137,16 +138,16 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
                 end_of_turn=text, id=token_id, stops=sorted(stops.ids))
             continue
         shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
+        line = serving_stop_line(serving.kind, text, token_id)  # the advice inspect and fix give too
         if serving.kind == "ollama":
-            fix, key = f'add PARAMETER stop "{text}"', "PARAMETER stop"
+            fix, key = f"add {line}", "PARAMETER stop"
         elif serving.kind == "llamacpp":
-            fix = (f"add --override-kv tokenizer.ggml.eot_token_id=int:{token_id}" if token_id is not None
-                   else f"add -r {text!r} (or fix the template)")
-            key = "--override-kv"
-        else:
-            fix = (f"add {token_id} to the generation config eos_token_id (stopdoctor fix MODEL --write) and serve "
-                   f"with --generation-config auto" if token_id is not None else "use a template whose end-of-turn is a special token")
+            fix, key = f"add {line}" + ("" if token_id is not None else " (or fix the template)"), "--override-kv"
+        elif serving.kind == "vllm":
+            fix = line
             key = serving.generation_config.key if serving.generation_config else "--generation-config"
+        else:
+            fix, key = line, "--model"
         yield self.finding(
             f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
             f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
