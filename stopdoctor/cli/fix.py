@@ -15,7 +15,7 @@ from stopdoctor.cli.app import JsonOpt, ModelArg, RevisionOpt, app, handles_erro
 from stopdoctor.cli.output import emit, say
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
-KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]
+KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp, request, sglang, mlx-lm, mlx-vlm or llama-cpp-python (default: guessed).")]
 WriteOpt = Annotated[bool, typer.Option("--write", help="Write the changes (default: only show the diff).")]
 BackupOpt = Annotated[bool, typer.Option("--backup", help="With --write: keep each changed file as FILE.bak.")]
 

@@ -30,7 +30,7 @@ from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.core.types import Location
 from stopdoctor.facts.lines import key_line
 
-KINDS = ("vllm", "ollama", "llamacpp", "request")
+KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
 MAX_STOPS = 1024  # stop strings or stop ids in one file
 
@@ -77,6 +77,10 @@ def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
     kind = kind or guess_kind(path, text)
     if kind == "request":
         return _parse_request(path, text)
+    if kind in KINDS[4:]:  # the other engines' servers (facts.serving_engines imports this module)
+        from stopdoctor.facts.serving_engines import parse_engine_command
+
+        return parse_engine_command(path, text, kind)
     if kind == "ollama":
         return _parse_modelfile(path, text)
     if kind == "vllm":
@@ -104,6 +108,11 @@ def guess_kind(path: Path, text: str) -> str:
         return "ollama"
     if name.endswith((".yaml", ".yml")):
         return "vllm"
+    from stopdoctor.facts.serving_engines import guess_engine
+
+    engine = guess_engine(text)
+    if engine is not None:
+        return engine
     if re.search(r"\bvllm\b|vllm\.entrypoints", text):
         return "vllm"
     if re.search(r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s", text):

@@ -138,7 +138,8 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
                 end_of_turn=text, id=token_id, stops=sorted(stops.ids))
             continue
         shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
-        line = serving_stop_line(serving.kind, text, token_id)  # the advice inspect and fix give too
+        gguf = next(iter(analysis.facts.source.files), None) if analysis.facts.is_gguf else None
+        line = serving_stop_line(serving.kind, text, token_id, gguf)  # the advice inspect and fix give too
         if serving.kind == "ollama":
             fix, key = f"add {line}", "PARAMETER stop"
         elif serving.kind == "llamacpp":

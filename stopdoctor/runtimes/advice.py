@@ -29,9 +29,10 @@ def llamacpp_override(token_id: int) -> str:
     return f"--override-kv {GGUF_EOS_KEY}=int:{token_id}"
 
 
-def serving_stop_line(kind: str, text: str, token_id: int | None) -> str:
+def serving_stop_line(kind: str, text: str, token_id: int | None, gguf: str | None = None) -> str:
     """The exact line (flag, PARAMETER, JSON member) that makes a server of `kind` stop on the
-    end-of-turn `text` (id `token_id` when it is one special token)."""
+    end-of-turn `text` (id `token_id` when it is one special token); `gguf`: the model's GGUF file
+    name when it is one (its eos is then what to set)."""
     if kind == "ollama":
         return f'PARAMETER stop "{text}"'
     if kind == "llamacpp":
@@ -43,8 +44,8 @@ def serving_stop_line(kind: str, text: str, token_id: int | None) -> str:
     if kind == "vllm":
         return (f"add {token_id} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write) "
                 f"and serve with --generation-config auto (per request: \"stop_token_ids\": [{token_id}])")
-    if kind == "llama-cpp-python":  # it serves a GGUF and stops on llama.cpp's set
-        return gguf_eos_advice("MODEL.gguf", token_id)
+    if kind == "llama-cpp-python" or gguf is not None:  # the GGUF's eos is what every engine reads
+        return gguf_eos_advice(gguf or "MODEL.gguf", token_id)
     line = f"add {token_id} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
     if kind == "sglang":  # SamplingParams.stop_token_ids
         line += f"; per request: \"stop_token_ids\": [{token_id}]"
