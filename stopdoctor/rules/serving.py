@@ -15,6 +15,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.runtimes.advice import serving_stop_line
 from stopdoctor.runtimes.serving import served_stops
@@ -268,7 +269,7 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
     if serving.kind in ("request", "vllm"):
         for setting in serving.stop:
             token_id = vocab.id_of(setting.value)
-            if token_id is not None and vocab.is_special(token_id):
+            if token_id is not None and vocab.is_special(token_id) and inside_turn(analysis, setting.value) is None:
                 yield self.finding(
                     f"stop string {setting.value!r} is the special token {token_id}: servers that skip special tokens "
                     f"in the output text (vLLM's default) never see it",
