@@ -90,7 +90,8 @@ def test_json_contract(synth_root):
     eot_id = doc["end_of_turn"][0]["ids"][0]
     assert eot_id not in doc["stop_ids"]["effective"]
     assert doc["stop_ids"]["sources"][0]["file"] == "generation_config.json"
-    assert set(doc["stop_ids"]["per_runtime"]) == {"transformers", "vllm", "tgi", "llama.cpp"}
+    assert set(doc["stop_ids"]["per_runtime"]) == {"transformers", "vllm", "tgi", "llama.cpp", "mlx-lm", "mlx-vlm",
+                                                   "mlx-vlm-legacy", "sglang", "llama-cpp-python"}
     finding = doc["findings"][0]
     assert set(finding) >= {"code", "name", "severity", "message", "fix", "location"}
     assert finding["location"] == {"file": "generation_config.json", "key": "eos_token_id", "line": 4}  # the line, resolved when read
