@@ -144,3 +144,16 @@ def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.
     files = {**_model_files(result.source), Path(data).name: Path(data)}
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
     return Report("labels", [subject], fail_on)
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+
+def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None):
+    """`stopdoctor diff A B`: what changed between two models (`actions.diff.ModelDiff`; its
+    `exit_code()` is 1 when a difference changes where generation stops)."""
+    from stopdoctor.actions.diff import diff_analyses
+
+    facts_a, facts_b = load(spec_a, revision_a), load(spec_b, revision_b)
+    with render_deadline():
+        return diff_analyses(analyze(facts_a), analyze(facts_b))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from stopdoctor.cli import check, fix, generate, inspect, labels, logs, probe, render  # noqa: F401  registers commands
+from stopdoctor.cli import diff  # noqa: F401  registers the command
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import EXIT_CANNOT_RUN
 
