@@ -166,3 +166,23 @@ def test_backup_refuses_to_overwrite(broken_gguf):
     assert code == 2
     assert [f for f in inspect_model(str(broken_gguf)).findings if f.code == "SD101"]  # unchanged
     assert run("fix", broken_gguf, "--backup")[0] == 2  # --backup without --write
+
+
+def test_hidden_defaults_cite_their_source():
+    from stopdoctor.runtimes.defaults import DEFAULTS
+
+    for default in DEFAULTS:
+        assert default.version and ".py" in default.source and default.key
+
+
+@pytest.mark.parametrize("body, fires", [
+    ({"model": "m", "prompt": "Write a poem"}, True),
+    ({"model": "m", "prompt": "Write a poem", "max_tokens": 512}, False),
+    ({"model": "m", "messages": [{"role": "user", "content": "Hi"}]}, False),  # chat: no 16-token default
+])
+def test_default_budget_finding(tmp_path, body, fires):
+    examples = Path(__file__).resolve().parents[1] / "fixtures" / "examples" / "chatml-ok"
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body))
+    codes = {f.code for f in serving_findings(inspect_model(str(examples)).analysis, load_serving(path))}
+    assert ("SD430" in codes) == fires
