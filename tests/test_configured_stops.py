@@ -1,5 +1,5 @@
 """SD420 stop-inside-turn on real templates (Qwen3 thinking and tool calls, gpt-oss Harmony) over
-the real SmolLM2 tokenizer with the templates' tokens added; SD901 pre-tokenizer-missing and SD902
+the real SmolLM2 tokenizer with the templates' tokens added; SD270 pre-tokenizer-missing and SD271
 gguf-merges-missing on the real GGUFs and on copies with the key renamed."""
 
 from __future__ import annotations
@@ -109,16 +109,16 @@ def rename_key(source: Path, target: Path, key: bytes, new: bytes) -> Path:
 
 def test_pre_tokenizer_present_on_real_gguf(real_gguf_models):
     for path in (real_gguf_models.smollm2_gguf, real_gguf_models.gemma_gguf):
-        assert not {"SD901", "SD902"} & {f.code for f in inspect_model(str(path)).findings}
+        assert not {"SD270", "SD271"} & {f.code for f in inspect_model(str(path)).findings}
 
 
 def test_pre_tokenizer_missing(real_gguf_models, tmp_path):
     path = rename_key(real_gguf_models.smollm2_gguf, tmp_path / "nopre.gguf", b"tokenizer.ggml.pre", b"tokenizer.ggml.prx")
-    (finding,) = [f for f in inspect_model(str(path)).findings if f.code == "SD901"]
+    (finding,) = [f for f in inspect_model(str(path)).findings if f.code == "SD270"]
     assert finding.name == "pre-tokenizer-missing" and finding.location.key == "tokenizer.ggml.pre"
 
 
 def test_spm_gguf_needs_no_pre_tokenizer(real_gguf_models, tmp_path):
     # Gemma's vocabulary is SentencePiece ("llama"): llama.cpp uses no pre-tokenizer for it
     path = rename_key(real_gguf_models.gemma_gguf, tmp_path / "nopre.gguf", b"tokenizer.ggml.pre", b"tokenizer.ggml.prx")
-    assert "SD901" not in {f.code for f in inspect_model(str(path)).findings}
+    assert "SD270" not in {f.code for f in inspect_model(str(path)).findings}

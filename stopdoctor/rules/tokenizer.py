@@ -1,4 +1,4 @@
-"""SD9xx: tokenizer parity — a GGUF's tokenizer as llama.cpp will build it, against what the model
+"""SD27x (template and tokens): tokenizer parity — a GGUF's tokenizer as llama.cpp will build it, against what the model
 was trained with.
 
 Read from llama.cpp `src/llama-vocab.cpp` (`llama_vocab::impl::load`, the llama.cpp vendored by
@@ -28,7 +28,7 @@ def _bpe_header(analysis: Analysis):
     return header
 
 
-@check("SD901", "pre-tokenizer-missing", Severity.WARNING)
+@check("SD270", "pre-tokenizer-missing", Severity.WARNING)
 def pre_tokenizer_missing(analysis: Analysis, self: Check):
     """A BPE GGUF names no pre-tokenizer: llama.cpp splits text its `default` way.
 
@@ -70,7 +70,7 @@ def pre_tokenizer_missing(analysis: Analysis, self: Check):
         Location(file, PRE_KEY), tokenizer_model=header.tokenizer_model)
 
 
-@check("SD902", "gguf-merges-missing", Severity.ERROR)
+@check("SD271", "gguf-merges-missing", Severity.ERROR)
 def gguf_merges_missing(analysis: Analysis, self: Check):
     """A BPE GGUF has no merges: llama.cpp refuses to load it.
 
