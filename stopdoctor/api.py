@@ -201,3 +201,16 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
     kind, reason = verdict(odds, errors, names)
     return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+
+def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None):
+    """`stopdoctor diff A B`: what changed between two models (`actions.diff.ModelDiff`; its
+    `exit_code()` is 1 when a difference changes where generation stops)."""
+    from stopdoctor.actions.diff import diff_analyses
+
+    facts_a, facts_b = load(spec_a, revision_a), load(spec_b, revision_b)
+    with render_deadline():
+        return diff_analyses(analyze(facts_a), analyze(facts_b))

@@ -6,7 +6,9 @@ Model folder (SD101, end-of-turn not a stop id of transformers/vLLM/TGI):
 - generation_config.json is absent but config.json exists: generation_config.json is created
   with config.json's top-level bos/eos/pad ids and the end-of-turn id added to eos. A new file
   rather than an edit of config.json, because TGI reads only a generation_config.json list.
-- GGUF files and hub models are not edited (a GGUF is binary; a hub model lives in the cache).
+- GGUF file: `tokenizer.ggml.eos_token_id` set to the end-of-turn id, in place, the tensors byte
+  for byte the same (`actions.gguf_edit`); the advice `runtimes.advice` gives inspect and check.
+- Hub models are not edited (they live in the cache).
 
 Serving file (`--serving`):
 - Ollama Modelfile: a `PARAMETER stop "<end-of-turn>"` line after the last PARAMETER line.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
+from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
 from stopdoctor.runtimes.stops import tokenizer_eos
 
 if TYPE_CHECKING:
@@ -138,9 +141,7 @@ def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
     if not missing:
         return None
     if facts.is_gguf:
-        notes.append(f"the end-of-turn id(s) {missing} are not the GGUF eos; a GGUF is not edited: serve it with "
-                     f"llama.cpp --override-kv tokenizer.ggml.eot_token_id=int:{missing[0]} or an Ollama PARAMETER stop")
-        return None
+        return _gguf_edit(analysis, missing, notes)
     source = facts.source
     if source.kind != "folder":
         notes.append(f"{source.spec} is a hub model: download it to a folder to fix generation_config.json "
@@ -173,6 +174,22 @@ def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
                         f"create generation_config.json with eos_token_id {wanted} (config.json has {current})")
     notes.append(f"no config.json or generation_config.json to fix; eos_token_id must include {missing}")
     return None
+
+
+def _gguf_edit(analysis: Analysis, missing: list[int], notes: list[str]):
+    """The GGUF's eos set to the end-of-turn id (`runtimes.advice`: the advice inspect and check give)."""
+    from stopdoctor.actions.gguf_edit import GgufKeyEdit
+
+    facts = analysis.facts
+    path = next(iter(facts.source.files.values()))
+    label = path.name
+    if facts.source.kind == "hub":
+        notes.append(f"{facts.source.spec} is in the hub cache: download it and run {gguf_eos_advice(label, missing[0])}")
+        return None
+    current = facts.gguf.eos_id
+    return GgufKeyEdit(path, label, GGUF_EOS_KEY, current, missing[0],
+                       f"{GGUF_EOS_KEY} {current} → {missing[0]}: the end-of-turn "
+                       f"{facts.vocab.text_of(missing[0])} becomes the eos every runtime stops on (tensors unchanged)")
 
 
 def _ids(value) -> list[int]:

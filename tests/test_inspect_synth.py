@@ -30,7 +30,9 @@ def test_every_check_has_a_positive_and_a_negative_fixture():
     clean = [name for name, case in CASES.items() if not case.expected]
     # serving, expectation and crash checks are covered by their own tests
     model_checks = {c.name for c in REGISTRY.values() if c.code[:3] in ("SD1", "SD2", "SD3")}
-    uncovered = model_checks - fired - {"template-ignores-generation-prompt", "templates-differ"}
+    # the GGUF tokenizer checks have their positive cases on real GGUF copies (test_configured_stops.py)
+    uncovered = model_checks - fired - {"template-ignores-generation-prompt", "templates-differ",
+                                        "pre-tokenizer-missing", "gguf-merges-missing"}
     assert not uncovered, f"checks without a synthetic positive case: {uncovered}"
     assert clean, "no clean fixture"
 
@@ -90,7 +92,8 @@ def test_json_contract(synth_root):
     eot_id = doc["end_of_turn"][0]["ids"][0]
     assert eot_id not in doc["stop_ids"]["effective"]
     assert doc["stop_ids"]["sources"][0]["file"] == "generation_config.json"
-    assert set(doc["stop_ids"]["per_runtime"]) == {"transformers", "vllm", "tgi", "llama.cpp"}
+    assert set(doc["stop_ids"]["per_runtime"]) == {"transformers", "vllm", "tgi", "llama.cpp", "mlx-lm", "mlx-vlm",
+                                                   "mlx-vlm-legacy", "sglang", "llama-cpp-python"}
     finding = doc["findings"][0]
     assert set(finding) >= {"code", "name", "severity", "message", "fix", "location"}
     assert finding["location"] == {"file": "generation_config.json", "key": "eos_token_id", "line": 4}  # the line, resolved when read

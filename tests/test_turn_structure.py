@@ -127,7 +127,9 @@ def test_gemma3_gguf_newline_token_is_never_an_end_of_turn(real_models, tmp_path
     modelfile = tmp_path / "Modelfile"
     modelfile.write_text(f"FROM {real_models.gemma_gguf}\n")
     edits = plan_fixes(analysis, load_serving(modelfile)).edits
-    assert [e.after for e in edits] == [f'FROM {real_models.gemma_gguf}\nPARAMETER stop "<end_of_turn>"\n']
+    # the GGUF's own eos becomes <end_of_turn> (106, never the newline 107), and the Modelfile stops on it
+    assert [e.after for e in edits] == ["tokenizer.ggml.eos_token_id = 106\n",
+                                        f'FROM {real_models.gemma_gguf}\nPARAMETER stop "<end_of_turn>"\n']
 
 
 def test_base_gguf_with_an_added_template_is_not_called_instruct(real_models):

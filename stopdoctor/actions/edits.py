@@ -43,11 +43,37 @@ class FixPlan:
     def diff(self) -> str:
         return "".join(edit.diff() for edit in self.edits)
 
-    def write(self) -> None:
+    def write(self, backup: bool = False) -> None:
+        """Write every edit; `backup` keeps each old file as FILE.bak first. An edit that knows how
+        to write itself (a GGUF metadata edit, `actions.gguf_edit`) does so."""
         for edit in self.edits:
             refuse_linked(edit.path)
         for edit in self.edits:
+            if hasattr(edit, "write"):
+                edit.write(backup)
+                continue
+            if backup and edit.path.exists():
+                keep_backup(edit.path)
             write_atomically(edit.path, edit.after)
+
+
+def keep_backup(path: Path) -> Path:
+    """Keep `path` as `path.bak` before it is replaced: a hard link to the old bytes (the
+    replacement is a rename, so the link keeps the old file whole), else a copy. Refuses to
+    overwrite an earlier backup."""
+    backup = path.with_name(path.name + ".bak")
+    if os.path.lexists(backup):
+        raise InputError(f"{backup} already exists; nothing was changed", "move the earlier backup away and run fix again")
+    try:
+        os.link(path, backup)
+    except OSError:
+        import shutil
+
+        try:
+            shutil.copy2(path, backup)
+        except OSError as exc:
+            raise InputError(f"cannot write the backup {backup}: {exc.strerror or exc}; nothing was changed") from exc
+    return backup
 
 
 def refuse_linked(path: Path) -> None:

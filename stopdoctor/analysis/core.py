@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
 from stopdoctor.core.errors import TemplateError
+from stopdoctor.runtimes.engines import all_stops
+from stopdoctor.runtimes.stops import RuntimeStops
 from stopdoctor.template.limits import TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.reasoning import NONE as NO_REASONING, ReasoningStructure, analyze_reasoning
 from stopdoctor.template.render import TemplateIgnoresMessages
@@ -148,7 +149,7 @@ def analyze(facts: ModelFacts) -> Analysis:
                     analysis.rejected_end_of_turn.append((mapped, hazard))
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
-    analysis.stops = effective_stops(facts)
+    analysis.stops = all_stops(facts)  # the core runtimes, then the other engines
     analysis.verdict = decide(facts, analysis.end_of_turn_ids)
     return analysis
 

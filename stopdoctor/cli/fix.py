@@ -15,16 +15,21 @@ from stopdoctor.cli.app import JsonOpt, ModelArg, RevisionOpt, app, handles_erro
 from stopdoctor.cli.output import emit, say
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
-KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp or request (default: guessed).")]
+KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp, request, sglang, mlx-lm, mlx-vlm or llama-cpp-python (default: guessed).")]
 WriteOpt = Annotated[bool, typer.Option("--write", help="Write the changes (default: only show the diff).")]
+BackupOpt = Annotated[bool, typer.Option("--backup", help="With --write: keep each changed file as FILE.bak.")]
 
 
 @app.command()
 @handles_errors
 def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write: WriteOpt = False,
-        revision: RevisionOpt = None, json: JsonOpt = False) -> int:
-    """Show the safe fixes for stop defects as a diff; --write applies them."""
-    code, plan, written = _fix(model, serving, kind, write, revision, quiet=json)
+        backup: BackupOpt = False, revision: RevisionOpt = None, json: JsonOpt = False) -> int:
+    """Show the safe fixes for stop defects as a diff; --write applies them (a GGUF's metadata in place)."""
+    if backup and not write:
+        from stopdoctor.core.errors import InputError
+
+        raise InputError("--backup goes with --write", hint="stopdoctor fix MODEL --write --backup")
+    code, plan, written = _fix(model, serving, kind, write, revision, quiet=json, backup=backup)
     if json:
         from stopdoctor.reporters.fix_json import render_fix_json
 
@@ -32,7 +37,8 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
     return code
 
 
-def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool):
+def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool,
+         backup: bool = False):
     """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
     from stopdoctor.api import inspect_model
     from stopdoctor.core.errors import InputError
@@ -56,6 +62,6 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
         return 1, plan, False
     if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
         raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
-    plan.write()
+    plan.write(backup=backup)
     say(f"wrote {len(plan.edits)} file(s)")
     return 0, plan, True

@@ -35,7 +35,7 @@ def generate(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Token budget.")] = 64,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="A stop string, matched in the decoded text (repeatable); \\n, \\t, \\r and \\\\ are read as escapes.")] = None,
     stop_id: Annotated[list[int] | None, typer.Option("--stop-id", help="A stop token id (repeatable); replaces the model's set unless --stops is given.")] = None,
-    stops: Annotated[str | None, typer.Option("--stops", help="Stop id set: model (the model's own runtime: transformers for folders, llama.cpp for GGUF), runtime:vllm|tgi|transformers|llama.cpp, or none.")] = None,
+    stops: Annotated[str | None, typer.Option("--stops", help="Stop id set: model (the model's own runtime: transformers for folders, llama.cpp for GGUF), runtime:NAME (transformers, vllm, tgi, llama.cpp, mlx-lm, mlx-vlm, mlx-vlm-legacy, sglang, llama-cpp-python), or none.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (the default).")] = 0.0,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (with --temperature > 0).")] = 1.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed for sampling.")] = None,

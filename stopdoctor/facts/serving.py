@@ -21,48 +21,17 @@ import json
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
-from stopdoctor.core.types import Location
-from stopdoctor.facts.lines import key_line
+from stopdoctor.facts.serving_config import ServingConfig, Setting
+from stopdoctor.facts.serving_engines import guess_engine, parse_engine_command
 
-KINDS = ("vllm", "ollama", "llamacpp", "request")
+KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
 MAX_STOPS = 1024  # stop strings or stop ids in one file
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One value from the serving file, with the key (flag, PARAMETER, JSON key) that set it."""
-
-    value: Any
-    key: str
-
-
-@dataclass(frozen=True)
-class ServingConfig:
-    kind: str  # vllm | ollama | llamacpp | request
-    path: Path
-    text: str
-    model: Setting | None = None  # the model the file names (vllm positional/--model, FROM, -m)
-    stop: tuple[Setting, ...] = ()  # stop strings (PARAMETER stop, request stop, llama.cpp -r)
-    stop_token_ids: tuple[Setting, ...] = ()
-    ignore_eos: Setting | None = None
-    max_tokens: Setting | None = None
-    template: Setting | None = None  # template text (Jinja for vllm/llamacpp file, Go for ollama)
-    template_name: Setting | None = None  # llama.cpp built-in template name (--chat-template NAME)
-    generation_config: Setting | None = None  # vllm --generation-config (default "auto")
-    override_generation_config: Setting | None = None  # vllm, parsed JSON object
-    kv_overrides: dict[str, Setting] = field(default_factory=dict)  # llama.cpp --override-kv key → int
-    jinja: bool = False  # llama.cpp --jinja
-    options: dict[str, Setting] = field(default_factory=dict)  # every flag/key as parsed
-
-    def location(self, key: str | None = None) -> Location:
-        return Location(str(self.path), key, key_line(self.text, key))
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -77,6 +46,9 @@ def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
     kind = kind or guess_kind(path, text)
     if kind == "request":
         return _parse_request(path, text)
+    if kind in KINDS[4:]:  # the other engines' servers
+
+        return parse_engine_command(path, text, kind)
     if kind == "ollama":
         return _parse_modelfile(path, text)
     if kind == "vllm":
@@ -104,6 +76,10 @@ def guess_kind(path: Path, text: str) -> str:
         return "ollama"
     if name.endswith((".yaml", ".yml")):
         return "vllm"
+
+    engine = guess_engine(text)
+    if engine is not None:
+        return engine
     if re.search(r"\bvllm\b|vllm\.entrypoints", text):
         return "vllm"
     if re.search(r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s", text):

@@ -9,6 +9,7 @@ from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Check
 from stopdoctor.core.findings import Severity
+from stopdoctor.runtimes.stops import RUNTIMES
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.reasoning_text import reasoning_lines
 
@@ -55,10 +56,15 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     for i, line in enumerate(reasoning_lines(analysis)):
         out.print(f"  {'reasoning' if i == 0 else '':<11}{escape(visible(line))}")
     out.print("  stop ids")
-    for stops in analysis.stops:
+    core = [s for s in analysis.stops if s.runtime in RUNTIMES]
+    engines = [s for s in analysis.stops if s.runtime not in RUNTIMES]
+    for stops in core:
         parts = ", ".join(f"{s.id} {escape(s.text or '?')} [dim]({escape(str(s.location))})[/]" for s in stops.stops) or "[red]none[/]"
         unsure = "" if stops.complete else "  [yellow](incomplete: a file it reads is missing)[/]"
         out.print(f"    {stops.runtime:<12} {parts}{unsure}")
+    if engines:  # one line: each engine's ids (`inspect --json` stop_ids.per_runtime has their sources)
+        listed = ", ".join(f"{s.runtime} {s.ids}{'' if s.complete else '?'}" for s in engines)
+        out.print(f"    {'engines':<12} [dim]{escape(listed)}[/]")
     if result.weights is not None:
         from stopdoctor.reporters.weights_text import print_weights
 

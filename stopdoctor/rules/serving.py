@@ -16,7 +16,9 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
+from stopdoctor.runtimes.advice import serving_stop_line
 from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
@@ -102,7 +104,7 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Check):
 
     Fix:
     Add the end-of-turn as a stop: `PARAMETER stop "<|eot_id|>"` (Ollama);
-    `--override-kv tokenizer.ggml.eot_token_id=int:N` (llama.cpp); for vLLM put the id in the
+    `--override-kv tokenizer.ggml.eos_token_id=int:N` (llama.cpp); for vLLM put the id in the
     model's generation_config.json `eos_token_id` (`stopdoctor fix MODEL --write`) and serve with
     `--generation-config auto`. `--override-generation-config` cannot add stop ids.
 
@@ -166,15 +168,18 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
                 dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids))))
             continue
         shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
+        gguf = next(iter(analysis.facts.source.files), None) if analysis.facts.is_gguf else None
+        line = serving_stop_line(serving.kind, text, token_id, gguf)  # the advice inspect and fix give too
         if serving.kind == "ollama":
-            fix, key = f'add PARAMETER stop "{text}"', "PARAMETER stop"
+            fix, key = f"add {line}", "PARAMETER stop"
         elif serving.kind == "llamacpp":
-            fix, key = ((f"add --override-kv tokenizer.ggml.eot_token_id=int:{token_id}", "--override-kv") if token_id is not None
-                        else (f"add -r {text!r} (or fix the template)", "-r"))
-        else:
-            fix = (f"add {token_id} to the generation config eos_token_id (stopdoctor fix MODEL --write) and serve "
-                   f"with --generation-config auto" if token_id is not None else "use a template whose end-of-turn is a special token")
+            fix, key = ((f"add {line}", "--override-kv") if token_id is not None
+                        else (f"add {line} (or fix the template)", "-r"))
+        elif serving.kind == "vllm":
+            fix = line
             key = serving.generation_config.key if serving.generation_config else "--generation-config"
+        else:
+            fix, key = line, "--model"
         misses.append(_Miss(
             f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
             f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
@@ -312,7 +317,7 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
     if serving.kind in ("request", "vllm"):
         for setting in serving.stop:
             token_id = vocab.id_of(setting.value)
-            if token_id is not None and vocab.is_special(token_id):
+            if token_id is not None and vocab.is_special(token_id) and inside_turn(analysis, setting.value) is None:
                 yield self.finding(
                     f"stop string {setting.value!r} is the special token {token_id}: servers that skip special tokens "
                     f"in the output text (vLLM's default) never see it",

@@ -7,7 +7,8 @@ import re
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
-from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, generation_eos, tokenizer_eos
+from stopdoctor.runtimes.advice import gguf_eos_advice
+from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, tokenizer_eos
 from stopdoctor.rules.registry import Check, check
 
 HF_RUNTIMES = ("transformers", "vllm", "tgi")
@@ -42,17 +43,18 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
 
     Fix:
     Add the end-of-turn id to generation_config.json `eos_token_id` (a list keeps the old id):
-    `"eos_token_id": [128001, 128009]`. For a GGUF, set `tokenizer.ggml.eos_token_id` or
-    `tokenizer.ggml.eot_token_id` (llama.cpp `--override-kv`).
+    `"eos_token_id": [128001, 128009]`. For a GGUF, set `tokenizer.ggml.eos_token_id` to the
+    end-of-turn id (`stopdoctor fix FILE --write`; at serve time llama.cpp `--override-kv`).
     """
     location = _fix_location(analysis)
     required = analysis.required_stop_ids()
     # transformers with no stop id at all is SD106's finding (it names the cause precisely)
-    missing = [s.runtime for s in analysis.stops if s.complete and analysis.misses_end_of_turn(s.ids)
+    # the core runtimes; another engine's miss is reported where it is served (check --serving)
+    missing = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and s.complete and analysis.misses_end_of_turn(s.ids)
                and not (s.runtime == "transformers" and not s.ids and not analysis.facts.is_gguf)]
     if not missing:
         return
-    stopping = [s.runtime for s in analysis.stops if set(required) & set(s.ids)]
+    stopping = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and set(required) & set(s.ids)]
     primary = analysis.primary_stop_ids()
     markers = [m for m in analysis.end_of_turn if m.stop_id in primary]
     named = " / ".join(f"{m.text} (id {m.stop_id})" for m in markers)
@@ -63,8 +65,7 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
     if stopping:
         message += f" ({', '.join(stopping)} will)"
     if analysis.facts.is_gguf:
-        fix = (f"set the GGUF eos/eot id to {primary[0]}, e.g. llama.cpp "
-               f"`--override-kv tokenizer.ggml.eos_token_id=int:{primary[0]}`")
+        fix = gguf_eos_advice(location.file, primary[0])
     else:
         fix = f"set {location.file} \"eos_token_id\": {wanted}"
     for marker in markers:

@@ -8,6 +8,7 @@
 - llama.cpp server: every end-of-generation id (`runtimes.stops`), with `--override-kv` eos/eot/eom
   ids swapped in, plus `-r` strings; `--ignore-eos` drops every id.
 - Ollama: the GGUF eos id(s) plus `PARAMETER stop` strings.
+- SGLang, MLX-LM, mlx-vlm, llama-cpp-python servers: the engine's own set (`runtimes.engines`).
 - an OpenAI-compatible request: its own `stop` and `stop_token_ids` only.
 
 Imports: core, facts (the model's facts, the parsed serving file), runtimes.stops.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving import ServingConfig, generation_config_eos
+from stopdoctor.runtimes.engines import ENGINES, all_stops
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops, generation_eos, tokenizer_eos
 
 
@@ -55,6 +57,14 @@ def served_stops(facts: ModelFacts, serving: ServingConfig,
         eos = {d.id for d in facts.declared_for("eos") if d.id is not None and (facts.is_gguf or d.location.file != "config.json")}
         return ServingStops(frozenset(eos), tuple(s.value for s in serving.stop),
                             "the GGUF eos id(s) plus PARAMETER stop strings")
+    if serving.kind in ENGINES:
+        # SGLang, MLX, llama-cpp-python servers: the engine's own set from the model's files
+        # (runtimes.engines cites each engine's source).
+        stops = list(model_stops) if model_stops is not None else all_stops(facts)
+        engine = next((s for s in stops if s.runtime == serving.kind), None)
+        if engine is None:
+            return ServingStops(frozenset(), (), f"{serving.kind} does not load this model format", known=False)
+        return ServingStops(frozenset(engine.ids), (), engine.rule, engine.complete)
     ids = {s.value for s in serving.stop_token_ids}
     return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop), "the request's stop and stop_token_ids")
 

@@ -19,6 +19,7 @@ from stopdoctor.analysis.diagnose import Generation, StopCause
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.runtimes.engines import ENGINES
 from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
 from stopdoctor.template.render import render_chat
 
@@ -100,10 +101,12 @@ def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], st
             name = name.split(":", 1)[1]
         elif name != "none":
             raise InputError(f"--stops {spec!r}: not understood",
-                             hint=f"use model, none, or runtime:NAME with NAME one of {', '.join(RUNTIMES)}")
+                             hint=f"use model, none, or runtime:NAME with NAME one of {', '.join(RUNTIMES + ENGINES)}")
         if name != "none":
-            if name not in RUNTIMES:
-                raise InputError(f"--stops: unknown runtime {name!r}", hint=f"one of {', '.join(RUNTIMES)}")
+            known = [s.runtime for s in analysis.stops]  # the core runtimes and the engines this model runs in
+            if name not in known:
+                why = " (it does not load a GGUF)" if name in ENGINES else ""
+                raise InputError(f"--stops: unknown runtime {name!r}{why}", hint=f"one of {', '.join(known)}")
             runtime = analysis.runtime(name)
             chosen.extend(runtime.stops)
             sources.append(name)

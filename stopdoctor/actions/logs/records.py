@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stopdoctor.actions.logs.shapes import (FAMILY_FIELDS, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE,
-                                            OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS,
-                                            RESPONSE_ROOTS)
+from stopdoctor.actions.logs.shapes import FAMILY_FIELDS, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 

@@ -1,0 +1,169 @@
+"""`stopdoctor diff A B`: what changed between two models (base and fine-tune, an HF folder and its
+GGUF, a model and its quantized re-upload, two revisions), aspect by aspect, each difference
+naming the file and key it comes from and whether it changes where generation stops.
+
+Stop-relevant: the end-of-turn, any runtime's stop ids, a declared eos/eot/eom, how the
+end-of-turn text tokenizes. Not stop-relevant (shown, exit 0): the rendered template when the
+end-of-turn is the same, pad/bos, special tokens beyond those, sampling, other probe strings.
+
+Imports: core, facts, template, analysis.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.template.render import render_chat
+
+CONVERSATION = [
+    {"role": "system", "content": "You are helpful."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "Name a colour."},
+]
+PROBES = ("Hello, world!", "  two  spaces and a tab\t.", "naïve café 東京 🙂", "1234567 + 89 = 1234656",
+          "def f(x):\n    return x\n", "User: hi\nAssistant: hello")
+STOP_ROLES = ("eos", "eot", "eom")
+
+
+@dataclass(frozen=True)
+class Difference:
+    aspect: str  # template | end_of_turn | stop_ids | declared | special_tokens | sampling | tokenization
+    what: str  # the runtime, role, key or probe it is about
+    before: object
+    after: object
+    where_a: str | None  # file and key in A
+    where_b: str | None
+    stop_relevant: bool
+    detail: str = ""  # a rendered diff, for the template
+
+
+@dataclass(frozen=True)
+class ModelDiff:
+    a: str
+    b: str
+    differences: tuple[Difference, ...]
+
+    @property
+    def stop_relevant(self) -> list[Difference]:
+        return [d for d in self.differences if d.stop_relevant]
+
+    def exit_code(self) -> int:
+        return 1 if self.stop_relevant else 0
+
+
+def diff_analyses(a: Analysis, b: Analysis) -> ModelDiff:
+    found: list[Difference] = []
+    found += _template(a, b)
+    ends_a, ends_b = [m.text for m in a.end_of_turn], [m.text for m in b.end_of_turn]
+    if ends_a != ends_b:
+        found.append(Difference("end_of_turn", "end-of-turn", ends_a, ends_b, _template_where(a), _template_where(b), True))
+    runtimes_b = {s.runtime: s for s in b.stops}
+    for stops in a.stops:
+        other = runtimes_b.get(stops.runtime)
+        if other is None:
+            continue
+        texts_a, texts_b = _named(a, stops.ids), _named(b, other.ids)
+        if texts_a != texts_b:
+            found.append(Difference("stop_ids", stops.runtime, texts_a, texts_b, _where(stops.stops), _where(other.stops), True))
+    found += _declared(a, b)
+    specials_a, specials_b = set(a.facts.vocab.special_tokens), set(b.facts.vocab.special_tokens)
+    if specials_a != specials_b and specials_a and specials_b:
+        ends = set(ends_a) | set(ends_b)
+        gone, added = sorted(specials_a - specials_b), sorted(specials_b - specials_a)
+        found.append(Difference("special_tokens", "special tokens", gone[:20], added[:20], None, None,
+                                bool(ends & (specials_a ^ specials_b))))
+    found += _sampling(a, b)
+    found += _tokenization(a, b, ends_a or ends_b)
+    return ModelDiff(a.facts.source.spec, b.facts.source.spec, tuple(found))
+
+
+def _named(analysis: Analysis, ids: list[int]) -> list[str]:
+    vocab = analysis.facts.vocab
+    return sorted(f"{vocab.text_of(i) or '?'} ({i})" for i in ids)
+
+
+def _where(stops) -> str | None:
+    return ", ".join(dict.fromkeys(str(s.location) for s in stops)) or None
+
+
+def _template_where(analysis: Analysis) -> str | None:
+    template = analysis.facts.template
+    return str(template.location) if template is not None else None
+
+
+def _render(analysis: Analysis) -> str | None:
+    template = analysis.facts.template
+    if template is None:
+        return None
+    try:
+        return render_chat(template.source, CONVERSATION, add_generation_prompt=True,
+                           special_tokens=analysis.facts.special_token_texts())
+    except StopdoctorError:
+        return None
+
+
+def _template(a: Analysis, b: Analysis) -> list[Difference]:
+    rendered_a, rendered_b = _render(a), _render(b)
+    if rendered_a == rendered_b:
+        return []
+    detail = "".join(difflib.unified_diff((rendered_a or "").splitlines(keepends=True),
+                                          (rendered_b or "").splitlines(keepends=True), "a/template", "b/template"))
+    return [Difference("template", "rendered conversation", rendered_a is not None, rendered_b is not None,
+                       _template_where(a), _template_where(b), False, detail)]
+
+
+def _declared(a: Analysis, b: Analysis) -> list[Difference]:
+    """Declared ids file by file; an HF folder against a GGUF by role only (the converter gathers
+    every file's declaration into one key)."""
+    out = []
+    by_file = a.facts.is_gguf == b.facts.is_gguf
+    for role in ("bos", "eos", "eot", "eom", "pad"):
+        files = {_kind(d.location.file) for d in a.facts.declared_for(role) + b.facts.declared_for(role)} if by_file else {"*"}
+        for file in sorted(files):
+            va = _values(a, role, file)
+            vb = _values(b, role, file)
+            if va[0] != vb[0]:
+                out.append(Difference("declared", role if file == "*" else f"{role} ({file})", va[0], vb[0], va[1], vb[1], role in STOP_ROLES))
+    return out
+
+
+def _kind(file: str | None) -> str:
+    """A GGUF's file name differs from copy to copy: its keys are compared as "GGUF"."""
+    return "GGUF" if file and file.endswith(".gguf") else (file or "?")
+
+
+def _values(analysis: Analysis, role: str, file: str) -> tuple[list[str], str | None]:
+    declared = [d for d in analysis.facts.declared_for(role) if file == "*" or _kind(d.location.file) == file]
+    vocab = analysis.facts.vocab
+    values = sorted({f"{d.text or vocab.text_of(d.id) or '?'} ({d.id})" if d.id is not None else f"{d.text} (no id)"
+                     for d in declared})
+    return values, ", ".join(dict.fromkeys(str(d.location) for d in declared)) or None
+
+
+def _sampling(a: Analysis, b: Analysis) -> list[Difference]:
+    out = []
+    for key in sorted(set(a.facts.sampling) | set(b.facts.sampling)):
+        sa, sb = a.facts.sampling.get(key), b.facts.sampling.get(key)
+        va, vb = (sa.value if sa else None), (sb.value if sb else None)
+        if va != vb:
+            out.append(Difference("sampling", key, va, vb, str(sa.location) if sa else None,
+                                  str(sb.location) if sb else None, False))
+    return out
+
+
+def _tokenization(a: Analysis, b: Analysis, ends: list[str]) -> list[Difference]:
+    try:
+        tok_a, tok_b = a.facts.vocab.tokenizer(), b.facts.vocab.tokenizer()
+    except StopdoctorError:
+        return []
+    out = []
+    for probe in (*ends, *PROBES):
+        ids_a = tok_a.encode(probe, add_special_tokens=False).ids
+        ids_b = tok_b.encode(probe, add_special_tokens=False).ids
+        if ids_a != ids_b:
+            out.append(Difference("tokenization", repr(probe), ids_a[:32], ids_b[:32], "tokenizer", "tokenizer", probe in ends))
+    return out

@@ -1,0 +1,232 @@
+"""Rewrite one integer key of a GGUF file's metadata, the tensors byte for byte the same.
+
+A GGUF is: header (magic, version, tensor count, key/value count), the key/values, the tensor
+table (name, shape, type, offset relative to the data section), padding to `general.alignment`,
+the tensor data. Changing an existing integer key keeps every length, so only its few bytes
+change. Adding a key shifts the table and the data section; the tensor offsets are relative to
+the data section, so the data bytes are copied unchanged after the new padding.
+
+The new file is written beside the old one and renamed over it (a failure leaves the old file
+whole); `backup` keeps the old file as FILE.bak (a hard link to the old bytes where the file
+system allows one, else a copy).
+
+Imports: core, facts.gguf (value types), actions.edits (link checks, backups).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from stopdoctor.actions.edits import keep_backup, refuse_linked
+from stopdoctor.core.errors import InputError
+from stopdoctor.facts.gguf import GGUFValueType
+
+_INT_TYPES = {
+    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i", GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
+}
+_FIXED_SIZES = {**{t: struct.calcsize(f) for t, f in _INT_TYPES.items()}, GGUFValueType.FLOAT32: 4,
+                GGUFValueType.BOOL: 1, GGUFValueType.FLOAT64: 8}
+COPY_CHUNK = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MetadataLayout:
+    """Where things are in a GGUF file: each key's value type and byte span, the tensor table's
+    span, and where the data section starts."""
+
+    version: int
+    tensor_count: int
+    kv_count: int
+    values: dict[str, tuple[int, int, int]]  # key → (value type, value start, value end)
+    kv_end: int  # end of the key/value section = start of the tensor table
+    table_end: int
+    alignment: int
+    data_start: int
+    size: int
+
+
+def read_layout(path: Path) -> MetadataLayout:
+    """Walk the header of a GGUF (the file was already read once by facts.gguf, which checked it)."""
+    with open(path, "rb") as file:
+        data = file.read(64 * 1024 * 1024) if path.stat().st_size > 0 else b""
+        size = file.seek(0, 2)
+    pos = 0
+
+    def take(fmt: str) -> int:
+        nonlocal pos
+        need = struct.calcsize(fmt)
+        if pos + need > len(data):
+            raise InputError(f"{path}: the GGUF header is longer than stopdoctor edits (64 MiB) or truncated")
+        (value,) = struct.unpack_from(fmt, data, pos)
+        pos += need
+        return value
+
+    def skip_string() -> str:
+        nonlocal pos
+        length = take("<Q")
+        if pos + length > len(data):
+            raise InputError(f"{path}: the GGUF header is longer than stopdoctor edits (64 MiB) or truncated")
+        text = data[pos:pos + length].decode("utf-8", "replace")
+        pos += length
+        return text
+
+    def skip_value(value_type: int, depth: int = 0) -> None:
+        nonlocal pos
+        if value_type in _FIXED_SIZES:
+            pos += _FIXED_SIZES[value_type]
+        elif value_type == GGUFValueType.STRING:
+            skip_string()
+        elif value_type == GGUFValueType.ARRAY and depth < 8:
+            element, count = take("<I"), take("<Q")
+            if element in _FIXED_SIZES:
+                pos += _FIXED_SIZES[element] * count
+            else:
+                for _ in range(count):
+                    skip_value(element, depth + 1)
+        else:
+            raise InputError(f"{path}: unknown GGUF value type {value_type}")
+
+    if data[:4] != b"GGUF":
+        raise InputError(f"{path}: not a GGUF file")
+    pos = 4
+    version, tensor_count, kv_count = take("<I"), take("<Q"), take("<Q")
+    values: dict[str, tuple[int, int, int]] = {}
+    alignment = 32
+    for _ in range(kv_count):
+        key = skip_string()
+        value_type = take("<I")
+        start = pos
+        skip_value(value_type)
+        values[key] = (value_type, start, pos)
+        if key == "general.alignment" and value_type in _INT_TYPES:
+            alignment = struct.unpack_from(_INT_TYPES[value_type], data, start)[0]
+    kv_end = pos
+    for _ in range(tensor_count):
+        skip_string()
+        dims = take("<I")
+        pos += 8 * dims + 4 + 8
+    table_end = pos
+    data_start = -(-table_end // alignment) * alignment
+    return MetadataLayout(version, tensor_count, kv_count, values, kv_end, table_end, alignment, data_start, size)
+
+
+@dataclass(frozen=True)
+class GgufKeyEdit:
+    """Set one integer metadata key of a GGUF file. Shown as a two-line diff of that key."""
+
+    path: Path
+    label: str
+    key: str
+    old: int | None  # None: the key is added
+    new: int
+    reason: str
+
+    @property
+    def before(self) -> str | None:  # the FileEdit shape the reporters read
+        return None if self.old is None else f"{self.key} = {self.old}\n"
+
+    @property
+    def after(self) -> str:
+        return f"{self.key} = {self.new}\n"
+
+    def diff(self) -> str:
+        lines = [f"--- a/{self.label} (GGUF metadata)\n", f"+++ b/{self.label} (GGUF metadata)\n", "@@ metadata @@\n"]
+        if self.old is not None:
+            lines.append(f"-{self.key} = {self.old}\n")
+        lines.append(f"+{self.key} = {self.new}\n")
+        return "".join(lines)
+
+    def write(self, backup: bool = False) -> None:
+        set_int_key(self.path, self.key, self.new, backup)
+
+
+def set_int_key(path: Path, key: str, value: int, backup: bool = False) -> None:
+    """Write `key` = `value` into the GGUF at `path`, atomically; the tensor data is copied
+    unchanged. An existing key keeps its integer type (the value must fit it); a new key is a
+    uint32, as gguf-py writes token ids."""
+    refuse_linked(path)
+    layout = read_layout(path)
+    existing = layout.values.get(key)
+    if existing is not None and existing[0] not in _INT_TYPES:
+        raise InputError(f"{path}: {key} is not an integer key (type {existing[0]}); not edited")
+    fmt = _INT_TYPES[existing[0]] if existing is not None else "<I"
+    try:
+        packed = struct.pack(fmt, value)
+    except struct.error:
+        raise InputError(f"{path}: {value} does not fit the type of {key}") from None
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    try:
+        handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+    except OSError as exc:
+        raise InputError(f"cannot write in {path.parent}: {exc.strerror or exc}; nothing was changed") from exc
+    try:
+        with handle, open(path, "rb") as source:
+            if existing is not None:
+                _copy(source, handle, 0, layout.size)
+                handle.seek(existing[1])
+                handle.write(packed)
+            else:
+                _write_added(source, handle, layout, key, packed)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(handle.name, mode)
+        if backup:
+            keep_backup(path)
+        os.replace(handle.name, path)
+    except BaseException as exc:
+        Path(handle.name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
+        raise
+
+
+def _write_added(source, target, layout: MetadataLayout, key: str, packed: bytes) -> None:
+    source.seek(0)
+    head = source.read(24)
+    target.write(head[:16] + struct.pack("<Q", layout.kv_count + 1))
+    _copy(source, target, 24, layout.kv_end)
+    raw = key.encode("utf-8")
+    target.write(struct.pack("<Q", len(raw)) + raw + struct.pack("<I", GGUFValueType.UINT32) + packed)
+    _copy(source, target, layout.kv_end, layout.table_end)
+    written = target.tell()
+    target.write(b"\x00" * (-(-written // layout.alignment) * layout.alignment - written))
+    _copy(source, target, layout.data_start, layout.size)
+
+
+def _copy(source, target, start: int, end: int) -> None:
+    source.seek(start)
+    left = end - start
+    while left > 0:
+        chunk = source.read(min(COPY_CHUNK, left))
+        if not chunk:
+            raise InputError(f"{source.name}: the file ended early while copying")
+        target.write(chunk)
+        left -= len(chunk)
+
+
+def data_section_digest(path: Path) -> str:
+    """sha256 of the tensor data section (for tests and for a check after writing)."""
+    import hashlib
+
+    layout = read_layout(path)
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        file.seek(layout.data_start)
+        shutil.copyfileobj(file, _Hasher(digest), COPY_CHUNK)
+    return digest.hexdigest()
+
+
+class _Hasher:
+    def __init__(self, digest) -> None:
+        self.digest = digest
+
+    def write(self, chunk: bytes) -> int:
+        self.digest.update(chunk)
+        return len(chunk)

@@ -1,0 +1,43 @@
+"""What a serving file sets, as plain data: each value with the key that set it and the key's line.
+
+Imports core and facts.lines only (the parsers in facts.serving and facts.serving_engines build it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stopdoctor.core.types import Location
+from stopdoctor.facts.lines import key_line
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One value from the serving file, with the key (flag, PARAMETER, JSON key) that set it."""
+
+    value: Any
+    key: str
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    kind: str  # vllm | ollama | llamacpp | request
+    path: Path
+    text: str
+    model: Setting | None = None  # the model the file names (vllm positional/--model, FROM, -m)
+    stop: tuple[Setting, ...] = ()  # stop strings (PARAMETER stop, request stop, llama.cpp -r)
+    stop_token_ids: tuple[Setting, ...] = ()
+    ignore_eos: Setting | None = None
+    max_tokens: Setting | None = None
+    template: Setting | None = None  # template text (Jinja for vllm/llamacpp file, Go for ollama)
+    template_name: Setting | None = None  # llama.cpp built-in template name (--chat-template NAME)
+    generation_config: Setting | None = None  # vllm --generation-config (default "auto")
+    override_generation_config: Setting | None = None  # vllm, parsed JSON object
+    kv_overrides: dict[str, Setting] = field(default_factory=dict)  # llama.cpp --override-kv key → int
+    jinja: bool = False  # llama.cpp --jinja
+    options: dict[str, Setting] = field(default_factory=dict)  # every flag/key as parsed
+
+    def location(self, key: str | None = None) -> Location:
+        return Location(str(self.path), key, key_line(self.text, key))

@@ -1,0 +1,54 @@
+"""`stopdoctor diff`: the differences as text (one line each, stop-relevant first, the template's
+rendered diff below) or as one JSON document (schema `stopdoctor.diff/1`). Pure: a diff in, a
+string out.
+
+Imports: actions.diff (data only), reporters.inspect_json (the header).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stopdoctor.actions.diff import ModelDiff
+from stopdoctor.reporters.inspect_json import header
+
+
+def diff_document(diff: ModelDiff) -> dict[str, Any]:
+    return {
+        **header("stopdoctor.diff/1"),
+        "a": diff.a,
+        "b": diff.b,
+        "differences": [{"aspect": d.aspect, "what": d.what, "a": d.before, "b": d.after, "where_a": d.where_a,
+                         "where_b": d.where_b, "stop_relevant": d.stop_relevant, "detail": d.detail}
+                        for d in diff.differences],
+        "stop_relevant": len(diff.stop_relevant),
+        "exit_code": diff.exit_code(),
+    }
+
+
+def render_diff_json(diff: ModelDiff) -> str:
+    return json.dumps(diff_document(diff), indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def render_diff_text(diff: ModelDiff) -> str:
+    lines = [f"stopdoctor diff  a: {diff.a}  b: {diff.b}"]
+    if not diff.differences:
+        lines.append("  no difference in template, end-of-turn, stop ids, special ids, sampling or tokenization")
+        return "\n".join(lines) + "\n"
+    ordered = sorted(diff.differences, key=lambda d: not d.stop_relevant)
+    for d in ordered:
+        mark = "STOP " if d.stop_relevant else "     "
+        where = f"  [{d.where_a or '-'} | {d.where_b or '-'}]" if (d.where_a or d.where_b) else ""
+        if d.aspect == "template":
+            lines.append(f"  {mark}{d.aspect:<14} {d.what} differs{where}")
+        else:
+            lines.append(f"  {mark}{d.aspect:<14} {d.what}: {d.before} → {d.after}{where}")
+    details = [d.detail for d in ordered if d.detail]
+    if details:
+        lines.append("")
+        lines.extend(detail.rstrip("\n") for detail in details)
+    relevant = len(diff.stop_relevant)
+    lines.append("")
+    lines.append(f"{relevant} stop-relevant difference(s), {len(diff.differences) - relevant} other(s)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,103 @@
+"""SD27x (template and tokens): tokenizer parity — a GGUF's tokenizer as llama.cpp will build it, against what the model
+was trained with.
+
+Read from llama.cpp `src/llama-vocab.cpp` (`llama_vocab::impl::load`, the llama.cpp vendored by
+llama-cpp-python 0.3.36): a BPE vocabulary (`tokenizer.ggml.model` gpt2, hybriddna, whitespace)
+needs `tokenizer.ggml.merges` ("cannot find tokenizer merges in model file" otherwise, except for
+the kimi-k2 pre-tokenizer) and a `tokenizer.ggml.pre` naming its pre-tokenizer; without one it
+falls back to `default` and logs "GENERATION QUALITY WILL BE DEGRADED". SentencePiece (`llama`)
+and WordPiece vocabularies have no pre-tokenizer.
+"""
+
+from __future__ import annotations
+
+from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.findings import Severity
+from stopdoctor.core.types import Location
+from stopdoctor.rules.registry import Check, check
+
+BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
+PRE_KEY = "tokenizer.ggml.pre"
+MERGES_KEY = "tokenizer.ggml.merges"
+
+
+def _bpe_header(analysis: Analysis):
+    header = analysis.facts.gguf
+    if header is None or header.tokenizer_model not in BPE_MODELS:
+        return None
+    return header
+
+
+@check("SD270", "pre-tokenizer-missing", Severity.WARNING)
+def pre_tokenizer_missing(analysis: Analysis, self: Check):
+    """A BPE GGUF names no pre-tokenizer: llama.cpp splits text its `default` way.
+
+    What it checks:
+    A GGUF whose `tokenizer.ggml.model` is a BPE vocabulary (gpt2) and that has no
+    `tokenizer.ggml.pre` (or an empty one).
+
+    Why it matters:
+    The pre-tokenizer decides where words, digits and spaces split before merges apply. With the
+    wrong one, llama.cpp encodes the prompt into ids the model never saw in training (it logs
+    "GENERATION QUALITY WILL BE DEGRADED"): answers degrade, and turn markers written as text can
+    tokenize differently, so a turn is not recognised as ended.
+
+    Example:
+    A Llama-3 GGUF converted before llama.cpp added `tokenizer.ggml.pre` (May 2024).
+
+    Fix:
+    Convert the model again with a current `convert_hf_to_gguf.py` (it writes the pre-tokenizer it
+    recognises by hashing the tokenizer's output), or compare with the HF tokenizer
+    (`stopdoctor diff MODEL.gguf HF_FOLDER`).
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp` `llama_vocab::impl::load`: for a BPE vocabulary,
+    `tokenizer_pre.empty()` → "missing pre-tokenizer type, using: 'default'" and
+    `LLAMA_VOCAB_PRE_TYPE_DEFAULT`.
+    """
+    header = _bpe_header(analysis)
+    if header is None:
+        return
+    pre = header.get(PRE_KEY)
+    if isinstance(pre, str) and pre.strip():
+        return
+    file = next(iter(analysis.facts.source.files))
+    yield self.finding(
+        f"the GGUF's BPE vocabulary ({header.tokenizer_model}) names no pre-tokenizer ({PRE_KEY} is "
+        f"{'empty' if isinstance(pre, str) else 'absent'}): llama.cpp falls back to 'default' and warns "
+        f"\"GENERATION QUALITY WILL BE DEGRADED\"",
+        "convert the model again with a current llama.cpp convert_hf_to_gguf.py",
+        Location(file, PRE_KEY), tokenizer_model=header.tokenizer_model)
+
+
+@check("SD271", "gguf-merges-missing", Severity.ERROR)
+def gguf_merges_missing(analysis: Analysis, self: Check):
+    """A BPE GGUF has no merges: llama.cpp refuses to load it.
+
+    What it checks:
+    A GGUF whose `tokenizer.ggml.model` is a BPE vocabulary and that has no `tokenizer.ggml.merges`
+    (the kimi-k2 pre-tokenizer needs none).
+
+    Why it matters:
+    llama.cpp stops loading with "cannot find tokenizer merges in model file"; other readers
+    (transformers' GGUF loader) build a tokenizer that splits every word into bytes.
+
+    Example:
+    A GGUF written by a tool that copies the token list but not the merge table.
+
+    Fix:
+    Convert the model again from its HF folder (tokenizer.json holds the merges).
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp` `llama_vocab::impl::load`: `gguf_find_key(ctx, MERGES) == -1`
+    throws unless `tokenizer_pre == "kimi-k2"`.
+    """
+    header = _bpe_header(analysis)
+    if header is None or header.get(MERGES_KEY) is not None or header.get(PRE_KEY) == "kimi-k2":
+        return
+    file = next(iter(analysis.facts.source.files))
+    yield self.finding(
+        f"the GGUF's BPE vocabulary has no {MERGES_KEY}: llama.cpp refuses to load it "
+        f"(\"cannot find tokenizer merges in model file\")",
+        "convert the model again from its HF folder (tokenizer.json holds the merges)",
+        Location(file, MERGES_KEY))
