@@ -51,3 +51,11 @@ def realworld() -> Path:
     if not REALWORLD.is_dir():
         pytest.skip(f"{REALWORLD} is absent (it exists only in the development setup)")
     return REALWORLD
+
+
+@pytest.fixture(scope="session")
+def template_corpus():
+    """The chat-template corpus and each template's analysis, computed once per run (tests/corpus.py)."""
+    from tests.corpus import TemplateCorpus
+
+    return TemplateCorpus()
