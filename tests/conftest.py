@@ -1,9 +1,12 @@
 """Shared test setup: hermetic environment (no hub, HF cache in a temp dir), the repo root on
-sys.path for `fixtures`, synthetic model folders built once per session, the realworld folder."""
+sys.path for `fixtures`, synthetic model folders built once per session, the realworld folder,
+the template corpus analysed once per session, and `needs_torch` tests skipped, with the reason,
+where torch cannot be imported (an install without the `runtime` extra)."""
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -51,3 +54,30 @@ def realworld() -> Path:
     if not REALWORLD.is_dir():
         pytest.skip(f"{REALWORLD} is absent (it exists only in the development setup)")
     return REALWORLD
+
+
+@pytest.fixture(scope="session")
+def template_corpus():
+    """The chat-template corpus and each template's analysis, computed once per run (tests/corpus.py)."""
+    from tests.corpus import TemplateCorpus
+
+    return TemplateCorpus()
+
+
+@functools.cache
+def torch_missing() -> str | None:
+    """Why torch cannot be imported, or None. Imported only when a `needs_torch` test is about to
+    run (those tests import it anyway), so runs without one never load it."""
+    try:
+        import torch  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - ImportError, or a broken build's OSError
+        return (f"needs torch, which cannot be imported ({type(error).__name__}: {error}); "
+                "install the runtime extra: pip install -e '.[runtime]'")
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # before the test's fixtures: some load a model with torch
+    if item.get_closest_marker("needs_torch") is not None and (reason := torch_missing()) is not None:
+        pytest.skip(reason)

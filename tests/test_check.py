@@ -118,8 +118,8 @@ def test_serving_file_findings_point_at_the_serving_file(repo):
     assert bad.exit_code == 2 and "nope.sh" in bad.stderr
 
 
+@pytest.mark.needs_torch
 def test_live_without_weights_is_exit_2_with_a_clear_line(repo):
-    pytest.importorskip("torch")
     result = run("models/clean", "--live", "--format", "json")
     assert result.exit_code == 2
     assert "live probe" in result.stderr

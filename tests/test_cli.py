@@ -81,3 +81,15 @@ def test_slow_work_says_so_on_stderr_after_a_second(monkeypatch, capsys):
     time.sleep(1.2)  # a cancelled timer must stay silent
     err = capsys.readouterr().err
     assert err == "stopdoctor: converting the GGUF tokenizer…\n"
+
+
+def test_needs_torch_tests_skip_with_a_reason_where_torch_cannot_be_imported(monkeypatch):
+    from tests.conftest import torch_missing
+
+    torch_missing.cache_clear()
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    try:
+        reason = torch_missing()
+    finally:
+        torch_missing.cache_clear()
+    assert reason is not None and "torch, which cannot be imported" in reason and "pip install -e '.[runtime]'" in reason

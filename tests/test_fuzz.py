@@ -12,6 +12,8 @@ import pytest
 
 from . import fuzz
 
+pytestmark = pytest.mark.fuzz
+
 CI_CASES = int(os.environ.get("STOPDOCTOR_FUZZ_CASES", "160"))  # about 40-60 s on 2 cores
 
 

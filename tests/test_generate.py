@@ -83,6 +83,7 @@ def test_missing_torch_says_how_to_install_it(real_models, monkeypatch):
     assert "stopdoctor[runtime]" in result.output
 
 
+@pytest.mark.needs_torch
 def test_pickle_only_weights_are_refused_without_allow_pickle(real_models, tmp_path):
     folder = tmp_path / "pickled"
     folder.mkdir()
@@ -164,6 +165,7 @@ def smol(real_models):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_smollm2_stops_on_im_end(smol):
     context, engine = smol
     prompt = build_prompt(context.facts, messages=QUESTION)
@@ -178,6 +180,7 @@ def test_smollm2_stops_on_im_end(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_smollm2_with_stop_id_0_runs_away_and_says_why(smol):
     context, engine = smol
     prompt = build_prompt(context.facts, messages=QUESTION)
@@ -193,6 +196,7 @@ def test_smollm2_with_stop_id_0_runs_away_and_says_why(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_greedy_loop_matches_model_generate(smol):
     import torch
 
@@ -206,6 +210,7 @@ def test_greedy_loop_matches_model_generate(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_stop_string_is_held_back_and_located(smol):
     context, engine = smol
     prompt = build_prompt(context.facts, messages=QUESTION)
@@ -217,6 +222,7 @@ def test_stop_string_is_held_back_and_located(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_sampling_with_a_seed_is_reproducible(smol):
     context, engine = smol
     prompt = build_prompt(context.facts, prompt="Once upon a time", raw=True)
@@ -226,6 +232,7 @@ def test_sampling_with_a_seed_is_reproducible(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_fragment_test_says_instruct_for_smollm2(smol):
     from stopdoctor.actions.generate.run import fragment_test
 
@@ -237,6 +244,7 @@ def test_fragment_test_says_instruct_for_smollm2(smol):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_cli_broken_eos_folder_json_contract_and_exit_1(real_models):
     result = _cli(str(real_models.smollm2_hf_broken_eos), "-m", "user", "What is the capital of France?",
                   "--max-new-tokens", "24", "--device", "cpu", "--json")
@@ -250,6 +258,7 @@ def test_cli_broken_eos_folder_json_contract_and_exit_1(real_models):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_cli_human_report_and_trace(real_models):
     result = _cli(str(real_models.smollm2_hf), "--prompt", "What is the capital of France?", "--device", "cpu",
                   "--trace", "--no-color")
@@ -308,6 +317,7 @@ def served_broken(real_models, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_server_runaway_is_flagged_even_with_special_tokens_stripped(real_models, served_broken):
     result = _cli(str(real_models.smollm2_hf_broken_eos), "--server", served_broken, "-m", "user",
                   "What is the capital of France?", "--max-new-tokens", "24", "--json")
@@ -324,6 +334,7 @@ def test_server_runaway_is_flagged_even_with_special_tokens_stripped(real_models
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_server_stop_string_is_passed_through(real_models, served_broken):
     result = _cli(str(real_models.smollm2_hf_broken_eos), "--server", served_broken, "--prompt",
                   "What is the capital of France?", "--stop", "Paris", "--max-new-tokens", "24", "--json")
@@ -407,6 +418,7 @@ def test_a_server_generation_carries_its_budget_and_never_says_0_new_tokens(real
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_gemma_base_runs_to_the_budget_and_the_fragment_test_says_base(real_models):
     result = _cli(str(real_models.gemma_gguf), "--fragment-test", "--max-new-tokens", "24", "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output

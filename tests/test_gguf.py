@@ -377,6 +377,7 @@ def test_real_file_matches_gguf_reader(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [SMOLLM2, GEMMA])
+@pytest.mark.needs_torch
 def test_tokenizer_matches_transformers(name: str) -> None:
     """Same ids as `AutoTokenizer.from_pretrained(dir, gguf_file=...)`. Gemma takes ~40 s: transformers
     rebuilds its merges from the vocabulary, both here and in the oracle."""

@@ -256,12 +256,13 @@ def _transformers_tokenizer(folder: Path):
 
 
 @pytest.mark.parametrize("family", ["llama2", "llama3", "chatml", "gemma", "mistral", "phi3", "zephyr"])
+@pytest.mark.needs_torch
 def test_oracle_transformers_ids_and_pad_id_labels(synth_root, tmp_path, family):
     folder = synth_root / f"clean-{family}"
     tokenizer = _transformers_tokenizer(folder)
     data = _rows_file(tmp_path, ALTERNATING)
     result = _run(folder, data, collator="pad-id").labels
-    torch = pytest.importorskip("torch")
+    import torch
     from transformers import DataCollatorForLanguageModeling
 
     collate = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm=False)
@@ -322,6 +323,7 @@ def _trl_dataset(folder: Path, rows: list[dict], template: str | None = None, **
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.needs_torch
 def test_oracle_trl_sft_trainer(synth_root, tmp_path):
     folder = synth_root / "clean-chatml"
     chat = [json.loads(line) for line in CHAT.read_text().splitlines()]
@@ -383,6 +385,7 @@ AXOLOTL_CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_oracle_axolotl_chat_template_strategy(synth_root, tmp_path):
     """--collator axolotl against Axolotl's own chat_template strategy, ids and labels, on every
     family (fixtures/oracles.py fetches axolotl 0.19.0 from PyPI; it runs in one subprocess)."""

@@ -349,6 +349,7 @@ PROMPTS = ["What is the capital of France?", "What is the capital of Italy?", "W
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_path):  # noqa: F811
     """The server runs the broken-eos SmolLM2 (stops only on <|endoftext|>); the good requests
     carry a generation_config that stops on <|im_end|> too, as a fixed deployment would."""

@@ -243,6 +243,7 @@ def test_gguf_conversion_reports_tensors_as_progress_lines():
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_gguf_generate_gives_progress_and_converts_once(tmp_path):
     import os
     import subprocess

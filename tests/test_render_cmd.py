@@ -110,6 +110,7 @@ def test_real_smollm2_folder_matches_transformers(real_models) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_real_smollm2_gguf_matches_transformers(real_models) -> None:
     gguf = Path(real_models.smollm2_gguf)
     facts = load(str(gguf))
@@ -119,6 +120,7 @@ def test_real_smollm2_gguf_matches_transformers(real_models) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.needs_torch
 def test_real_gemma_gguf_ids_match_transformers_with_a_template_file(real_models, synth_root: Path) -> None:
     # The Gemma 3 base GGUF ships no chat template (neither runtime can render it); render it with the
     # synthetic Gemma template given explicitly, as --template FILE does, to check the ids.

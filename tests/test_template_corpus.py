@@ -16,6 +16,8 @@ import pytest
 from fixtures import templates
 from stopdoctor.template import turns
 
+pytestmark = pytest.mark.corpus
+
 LABELS_PATH = Path(__file__).parent / "data" / "template_labels.json"
 STYLES = set(turns.STYLES)  # the styles stopdoctor itself names
 CONFIDENCE = {"high", "medium", "low"}
@@ -78,7 +80,7 @@ def test_every_entry_has_a_label_and_every_label_an_entry(source):
     assert sorted(labelled - set(entries)) == [], "labels without a corpus entry"
 
 
-def test_corpus_is_the_union_of_the_sources():
-    entries = templates.corpus()
+def test_corpus_is_the_union_of_the_sources(template_corpus):
+    entries = template_corpus.entries
     assert set(templates.synth_templates()) <= set(entries)
     assert all(name.split("/", 1)[0] in {"llama.cpp", "xinference", "realworld", "gguf", "synth"} for name in entries)

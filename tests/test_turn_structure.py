@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import templates
 from fixtures.synth import build_family
 from stopdoctor.analysis.core import analyze
 from stopdoctor.api import inspect_model, load, serving_findings
@@ -152,14 +151,14 @@ def test_llama_cpp_end_of_generation_ids_on_the_real_gguf_files(real_models):
 # --- inner closing tags -----------------------------------------------------------------------
 
 
-def _corpus_turns(name: str):
+def _corpus_turns(corpus, name: str):
     """The turn structure of one real template of the corpus, with the corpus test's specials."""
-    source = templates.corpus().get(name)
-    if source is None:
+    if name not in corpus.entries:
         pytest.skip("the template corpus is absent; run `python fixtures/realmodels.py`")
-    from .test_turns_corpus import _specials
-
-    return analyze_turns(source, *_specials(name, source))
+    analysed = corpus.analysed(name)
+    if analysed.error is not None:
+        raise analysed.error
+    return analysed.turns
 
 
 
@@ -169,13 +168,14 @@ def test_a_segment_close_written_before_a_tool_call_is_never_the_end_of_turn():
     assert "<|im_sep|>" in turns.inner
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("name, end, inner", [
     ("llama.cpp/Kimi-K3", "<|end_of_msg|>", {"<|close|>", "<|sep|>"}),
     ("llama.cpp/Cohere2MoE", "<|END_OF_TURN_TOKEN|>", {"<|END_TEXT|>"}),
     ("llama.cpp/openai-gpt-oss-120b", "<|return|>", {"<|end|>"}),
 ])
-def test_real_templates_with_inner_closes(name, end, inner):
-    turns = _corpus_turns(name)
+def test_real_templates_with_inner_closes(name, end, inner, template_corpus):
+    turns = _corpus_turns(template_corpus, name)
     assert [m.text for m in turns.end_of_turn] == [end]
     assert not inner & {m.text for m in turns.end_of_turn}
 
@@ -183,13 +183,14 @@ def test_real_templates_with_inner_closes(name, end, inner):
 # --- templates that close late, by whitespace, or at the next header --------------------------
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("name, style, end", [
     ("llama.cpp/Apertus-8B-Instruct", "only-when-followed", ["<|assistant_end|>"]),
     ("llama.cpp/Apriel-1.6-15b-Thinker-fixed", "only-when-followed", ["<|end|>"]),
     ("llama.cpp/GLM-4.6", "next-header", ["<|user|>", "<|observation|>"]),
 ])
-def test_real_templates_that_close_without_a_final_token(name, style, end):
-    turns = _corpus_turns(name)
+def test_real_templates_that_close_without_a_final_token(name, style, end, template_corpus):
+    turns = _corpus_turns(template_corpus, name)
     assert (turns.style, [m.text for m in turns.end_of_turn]) == (style, end)
 
 

@@ -13,9 +13,9 @@ stop; a never-closing one no marker. A marker is harmful when the
 label says it is written inside a turn or as a header (`not_end`), or when it is whitespace: a
 stop there would cut answers or never fire.
 
-Special tokens: realworld and GGUF entries use their model's own vocabulary. The fetched templates
-come without one, so their special tokens are the marker-shaped texts of the template source
-(what a tokenizer of that family declares), with sentinels for bos/eos.
+Special tokens: as tests/corpus.py chooses them (the model's own vocabulary where there is one).
+The corpus and each template's analysis are computed once per run (the `template_corpus` session
+fixture) and shared by every test here and in test_turn_structure.py.
 
 Run `python tests/test_turns_corpus.py` for the per-source figures and every miss.
 """
@@ -23,7 +23,6 @@ Run `python tests/test_turns_corpus.py` for the per-source figures and every mis
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -35,19 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fixtures import templates  # noqa: E402
-from stopdoctor.core.errors import StopdoctorError  # noqa: E402
-from stopdoctor.template.render import render_chat  # noqa: E402
-from stopdoctor.template.turns import analyze_turns  # noqa: E402
+from tests.corpus import BOS, EOS, TemplateCorpus  # noqa: E402
+
+pytestmark = pytest.mark.corpus
 
 LABELS = json.loads((Path(__file__).parent / "data" / "template_labels.json").read_text(encoding="utf-8"))["labels"]
-EOS, BOS = "<|sd_eos|>", "<|sd_bos|>"
-# Marker-shaped texts in a template's string literals: <|...|>, <...>, [...], <｜...｜>, ‹...›-style.
-_MARKER = re.compile(r"<\|[^<>|\s'\"]{1,40}\|>|<[A-Za-z_/][A-Za-z0-9_:\-]{1,30}>|\[[A-Z_~][A-Za-z0-9_~\[]{0,25}\]"
-                     r"|<｜[^｜<>]{1,40}｜>|‹[^›]{1,40}›|\[e~\[|\]~[a-z]\]|<\|[a-z_]+>|<[a-z_]+\|>|<[^\x00-\x7f<>\s]{1,10}>")
-_SAMPLE = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-           {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]
-_TOOL = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}
 
 
 @dataclass(frozen=True)
@@ -60,35 +51,6 @@ class Outcome:
     error: str | None = None
 
 
-def _specials(name: str, source: str) -> tuple[dict[str, str], list[str]]:
-    model = _model_for(name)
-    if model is not None:
-        from stopdoctor.api import load
-
-        facts = load(str(model))
-        return facts.special_token_texts(), list(facts.vocab.special_tokens)
-    specials = {"bos_token": BOS, "eos_token": EOS}
-    found = set(_MARKER.findall(source))
-    # markers a template builds from pieces ('<|' + role + '|>') show only once rendered
-    for messages in (_SAMPLE, _SAMPLE[1:]):
-        for tools in (None, [_TOOL]):
-            try:
-                found |= set(_MARKER.findall(render_chat(source, messages, special_tokens=specials, tools=tools,
-                                                         add_generation_prompt=True)))
-            except StopdoctorError:
-                continue
-    return specials, sorted(found)
-
-
-def _model_for(name: str) -> Path | None:
-    parts = name.split("/")
-    if parts[0] == "realworld":
-        return templates.find_realworld() / parts[1]
-    if parts[0] == "gguf":
-        return templates.expected_paths(hf=False).smollm2_gguf.parent / parts[1]
-    return None
-
-
 def _expected(label: dict, eos: str | None) -> tuple[set[str], set[str]]:
     def resolve(texts: list[str]) -> set[str]:
         return {eos if t == "{eos_token}" else t for t in texts if eos or t != "{eos_token}"}
@@ -96,14 +58,14 @@ def _expected(label: dict, eos: str | None) -> tuple[set[str], set[str]]:
     return resolve(label["end_of_turn"]), resolve(label["end_of_turn"] + label["also"])
 
 
-def evaluate(name: str, source: str) -> Outcome:
+def evaluate(corpus: TemplateCorpus, name: str) -> Outcome:
     label = LABELS[name]
-    special_tokens, known = _specials(name, source)
-    expected, allowed = _expected(label, special_tokens.get("eos_token"))
-    try:
-        turns = analyze_turns(source, special_tokens, known)
-    except StopdoctorError as error:
-        return Outcome(name, (), "error", False, (), error.message)
+    analysed = corpus.analysed(name)
+    source = corpus.entries[name]
+    expected, allowed = _expected(label, analysed.special_tokens.get("eos_token"))
+    if analysed.error is not None:
+        return Outcome(name, (), "error", False, (), analysed.error.message)
+    turns = analysed.turns
     found = tuple(m.text for m in turns.end_of_turn)
     accepted = set(found) | {m.text for m in turns.also_ends}
     not_end = set(label["not_end"])
@@ -121,16 +83,16 @@ def evaluate(name: str, source: str) -> Outcome:
     return Outcome(name, found, turns.style, exact, harmful)
 
 
-def _corpus() -> dict[str, str]:
-    entries = templates.corpus()
-    if not any(name.startswith("llama.cpp/") for name in entries):
+def labelled(corpus: TemplateCorpus) -> list[str]:
+    """The names of the labelled corpus entries; skips when the fetched corpus is absent."""
+    if not any(name.startswith("llama.cpp/") for name in corpus.entries):
         pytest.skip("the fetched template corpus is absent; run `python fixtures/realmodels.py`")
-    return {name: source for name, source in entries.items() if name in LABELS}
+    return sorted(name for name in corpus.entries if name in LABELS)
 
 
 @pytest.fixture(scope="module")
-def outcomes() -> list[Outcome]:
-    return [evaluate(name, source) for name, source in sorted(_corpus().items())]
+def outcomes(template_corpus) -> list[Outcome]:
+    return [evaluate(template_corpus, name) for name in labelled(template_corpus)]
 
 
 def test_end_of_turn_is_exact_on_at_least_98_percent(outcomes):
@@ -145,28 +107,27 @@ def test_no_harmful_end_of_turn_on_any_template(outcomes):
     assert not harmful, "\n".join(harmful)
 
 
-def test_a_template_fails_only_where_transformers_fails_too(outcomes):
+def test_a_template_fails_only_where_transformers_fails_too(outcomes, template_corpus):
     """Kimi-K2's templates call list.append, which transformers' own immutable sandbox refuses:
     stopdoctor may not render more or less than the runtime it mirrors."""
     import jinja2
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    corpus = _corpus()
     for outcome in (o for o in outcomes if o.error):
         conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
         with pytest.raises((jinja2.exceptions.TemplateError, TypeError, ValueError)):
-            render_jinja_template([conversation], chat_template=corpus[outcome.name], eos_token=EOS, bos_token=BOS)
+            render_jinja_template([conversation], chat_template=template_corpus.entries[outcome.name],
+                                  eos_token=EOS, bos_token=BOS)
 
 
-def test_suggested_stops_obey_the_safe_stop_rule_on_every_template():
+def test_suggested_stops_obey_the_safe_stop_rule_on_every_template(template_corpus):
     """Label-free: no marker is whitespace, written inside a turn, or a header token (except the
     role header that ends a next-header template)."""
-    for name, source in sorted(_corpus().items()):
-        special_tokens, known = _specials(name, source)
-        try:
-            turns = analyze_turns(source, special_tokens, known)
-        except StopdoctorError:
+    for name in labelled(template_corpus):
+        analysed = template_corpus.analysed(name)
+        if analysed.error is not None:
             continue
+        turns, known = analysed.turns, analysed.known
         headers = turns.header_tokens(known)
         for marker in turns.end_of_turn:
             assert marker.text.strip(), name
@@ -175,7 +136,8 @@ def test_suggested_stops_obey_the_safe_stop_rule_on_every_template():
 
 
 def main() -> int:
-    rows = [evaluate(name, source) for name, source in sorted(_corpus().items())]
+    corpus = TemplateCorpus()
+    rows = [evaluate(corpus, name) for name in labelled(corpus)]
     by_source: dict[str, Counter] = {}
     for o in rows:
         count = by_source.setdefault(o.name.split("/")[0], Counter())

@@ -1,0 +1,1 @@
+vllm serve ./model --chat-template llama3.jinja

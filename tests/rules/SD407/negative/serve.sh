@@ -1,0 +1,2 @@
+vllm serve ./model \
+    --override-generation-config '{"temperature": 0.6}'
