@@ -16,10 +16,12 @@ Imports: every stage below it (facts, template, analysis, actions, rules); never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from stopdoctor.actions.labels.result import COLLATORS, LabelSettings  # noqa: F401  (public: labels settings)
+from stopdoctor.actions.logs.query import RUNNING_DONE as LOGS_READ_DONE  # noqa: F401  (progress: read, analysing)
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
@@ -29,7 +31,8 @@ from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.analysis.weights import WeightsReport, analyze_weights
 from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
-from stopdoctor.rules.runner import rules_for, run_rules
+from stopdoctor.rules.registry import Check
+from stopdoctor.rules.runner import REGISTRY, find, rules_for, run_rules
 from stopdoctor.template.limits import render_deadline
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
@@ -83,6 +86,16 @@ def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding
 def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[Finding]:
     """The expectation rules (SD5xx): the model against what the project's configuration asserts."""
     return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
+
+
+def rules() -> list[Check]:
+    """Every registered rule, by code (SD000 check-crashed included)."""
+    return [REGISTRY[code] for code in sorted(REGISTRY)]
+
+
+def find_rule(code_or_name: str) -> Check | None:
+    """A rule by its code (SD101) or name (pad-is-eos), or None."""
+    return find(code_or_name)
 
 
 def rule_codes(kinds: Iterable[type]) -> list[str]:
@@ -214,3 +227,137 @@ def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revisio
     facts_a, facts_b = load(spec_a, revision_a), load(spec_b, revision_b)
     with render_deadline():
         return diff_analyses(analyze(facts_a), analyze(facts_b))
+
+
+# --- render ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """`stopdoctor render`: each conversation rendered, the comparisons with `--compare`, and what
+    the run had to say (a fallback taken)."""
+
+    prompts: list[Any]  # stopdoctor.actions.render.RenderedPrompt
+    comparisons: list[Any] | None  # stopdoctor.actions.render.PromptComparison
+    notes: list[str]
+
+
+def read_conversations(path: str | Path) -> list[list[dict]]:
+    """A JSON list of messages, or JSONL with one conversation a line, read through the input guards."""
+    from stopdoctor.actions.render import load_conversations
+
+    return load_conversations(path)
+
+
+def read_tools(path: str | Path) -> list[dict]:
+    """A JSON list of tool schemas, read through the input guards."""
+    from stopdoctor.actions.render import load_tools
+
+    return load_tools(path)
+
+
+def read_template(path: Path) -> Any:
+    """A chat template from a file (Jinja text, or a tokenizer_config.json/chat_template.json)."""
+    from stopdoctor.actions.render import template_from_file
+
+    return template_from_file(path)
+
+
+def training_template(path: Path) -> Any:
+    """A training template file for `labels --template` (Jinja text, named by its file name)."""
+    from stopdoctor.core.types import ChatTemplate, Location
+    from stopdoctor.facts.model_facts import load_text
+
+    return ChatTemplate(path.name, load_text(path, path.name), Location(path.name))
+
+
+def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, tools: list[dict] | None = None,
+                   template: str | None = None, compare: str | None = None, add_generation_prompt: bool = True,
+                   continue_final_message: bool = False, revision: str | None = None) -> RenderResult:
+    """`stopdoctor render`: the prompt the runtime builds for each conversation (the sample one when
+    none is given), and with `compare` (a template file or a second model) the differences."""
+    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, render_prompt, select_template
+    from stopdoctor.core.errors import TemplateError
+
+    notes = []
+    sample = conversations is None
+    if sample:
+        conversations = [list(SAMPLE_CONVERSATION)]
+        notes.append("no messages given; rendering a sample conversation (system + user). "
+                     "Use -m ROLE TEXT or --messages FILE.")
+    facts = load(spec, revision)
+    chosen = select_template(facts, template, tools)
+    options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
+    try:
+        prompts = [render_prompt(facts, conversation, template=chosen, **options) for conversation in conversations]
+    except TemplateError:
+        if not sample:
+            raise
+        # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
+        notes.append("the template rejects a system turn; rendering the user message alone.")
+        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
+    comparisons = None
+    if compare is not None:
+        other_path = Path(compare).expanduser()
+        if other_path.is_file() and other_path.suffix.lower() != ".gguf":
+            other_facts, other_template = facts, read_template(other_path)
+        else:
+            other_facts = load(compare, None)
+            other_template = select_template(other_facts, None, tools)
+        comparisons = [compare_prompts(facts, left, other_facts,
+                                       render_prompt(other_facts, left.messages, template=other_template, **options),
+                                       spec, compare)
+                       for left in prompts]
+    return RenderResult(prompts, comparisons, notes)
+
+
+# --- probe-stop ------------------------------------------------------------------------------
+
+
+def stop_string(text: str) -> str:
+    """A stop string as a command line gives it: \\n, \\t, \\r and \\\\ read as escapes (the one rule
+    of every command that takes a stop string)."""
+    from stopdoctor.actions.probe import parse_escapes
+
+    return parse_escapes(text)
+
+
+def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, corpus: list[Path] | None = None,
+                revision: str | None = None) -> Any:
+    """`stopdoctor probe-stop`: how each stop string tokenizes after typical text with the model's
+    tokenizer, where an id match misses it, and whether it fires inside ordinary answers (the
+    built-in samples and each `corpus` file); a `stopdoctor.actions.probe.ProbeReport`."""
+    from stopdoctor.actions.probe import probe_model, read_corpus
+
+    samples = [read_corpus(path) for path in corpus or []]
+    return probe_model(load(spec, revision), stops, from_template=from_template, corpus=samples,
+                       corpus_files=[str(p) for p in corpus or []])
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> Any:
+    """`LogsSettings` for `analyze_log_files`: `fields` as NAME=$.PATH overrides, thresholds by name."""
+    from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
+
+    return LogsSettings(overrides=parse_field_overrides(fields or []), **thresholds)
+
+
+def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None, settings: Any = None) -> str:
+    """The DuckDB SQL that normalises each log file (`logs --show-sql`), to run elsewhere."""
+    from stopdoctor.actions.logs.query import show_sql
+    from stopdoctor.actions.logs.vocabulary import model_vocabulary
+
+    return show_sql(paths, model_vocabulary(model, revision) if model else None, settings)
+
+
+# --- serving files -----------------------------------------------------------------------------
+
+
+def read_serving(path: Path, kind: str | None = None) -> ServingConfig:
+    """A serving file (vLLM command line or YAML, Ollama Modelfile, llama.cpp command line, request
+    body, the other engines' servers), its kind guessed when None."""
+    from stopdoctor.facts.serving import load_serving
+
+    return load_serving(path, kind)

@@ -40,12 +40,11 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
 def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool,
          backup: bool = False):
     """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
-    from stopdoctor.api import inspect_model
+    from stopdoctor.api import inspect_model, read_serving
     from stopdoctor.core.errors import InputError
     from stopdoctor.fix import plan_fixes
-    from stopdoctor.facts.serving import load_serving
 
-    config = load_serving(serving, kind) if serving is not None else None
+    config = read_serving(serving, kind) if serving is not None else None
     result = inspect_model(model, revision)
     plan = plan_fixes(result.analysis, config)
     for note in plan.notes:

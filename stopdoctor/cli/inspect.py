@@ -31,16 +31,16 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
 def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A check code (SD101) or name to explain.")] = None,
           json: JsonOpt = False, color: ColorOpt = None) -> int:
     """List the checks, or explain one."""
-    from stopdoctor.rules.runner import REGISTRY, find
+    from stopdoctor.api import find_rule, rules
     from stopdoctor.core.errors import InputError
 
     if code is not None:
-        found = find(code)
+        found = find_rule(code)
         if found is None:
             raise InputError(f"no check {code!r}", hint="`stopdoctor rules` lists them")
         checks = [found]
     else:
-        checks = [REGISTRY[c] for c in sorted(REGISTRY)]
+        checks = rules()
     if json:
         import json as json_module
 

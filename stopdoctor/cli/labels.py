@@ -105,8 +105,7 @@ def labels(
     format = chosen_format(format, json)
     from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.labels.result import COLLATORS, LabelSettings
-    from stopdoctor.actions.probe import parse_escapes
+    from stopdoctor.api import COLLATORS, LabelSettings, stop_string, training_template
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
@@ -114,15 +113,12 @@ def labels(
         raise InputError("--limit must be at least 1")
     chosen = None
     if template is not None:
-        from stopdoctor.facts.model_facts import load_text
-        from stopdoctor.core.types import ChatTemplate
-
-        chosen = ChatTemplate(template.name, load_text(template, template.name), _location(template))
+        chosen = training_template(template)
     if append_eos is None:  # the default models the trainer the collator names
         append_eos = collator in TRL_COLLATORS
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
-                             eot_tokens=tuple(parse_escapes(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
+                             eot_tokens=tuple(stop_string(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)
     with working(f"reading {model}…"):
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
@@ -133,9 +129,3 @@ def labels(
     report = labels_report(report, str(data), threshold)
     write_report(report, format, output, color, show=show)
     return report.exit_code()
-
-
-def _location(path: Path):
-    from stopdoctor.core.types import Location
-
-    return Location(path.name)

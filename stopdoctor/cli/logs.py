@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, write_report
+from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, write_document, write_report
 
 # Below this much input the report takes about a second: no progress bar.
 PROGRESS_BYTES = 64 * 1024 * 1024
@@ -54,7 +54,7 @@ class _Progress:
         return None if self.bar is None else self.update
 
     def update(self, path: str, percent: float) -> None:
-        from stopdoctor.actions.logs.query import RUNNING_DONE
+        from stopdoctor.api import LOGS_READ_DONE as RUNNING_DONE
 
         name = os.path.basename(path)
         if self.finished:
@@ -101,20 +101,16 @@ def logs(
     threshold = parse_severity(fail_on)
     format = chosen_format(format, json)
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
+    from stopdoctor.api import analyze_log_files, logs_report, logs_settings, logs_sql
 
     if examples < 0 or examples > 1000:
         raise InputError("--examples must be between 0 and 1000")
-    settings = LogsSettings(overrides=parse_field_overrides(field or []),
+    settings = logs_settings(field,
                             max_length_share=_share(max_length_share, "--max-length-share"),
                             max_turn_share=_share(max_turn_share, "--max-turn-share"), examples=examples)
     if show_sql:
-        from stopdoctor.actions.logs.vocabulary import model_vocabulary
-        from stopdoctor.actions.logs.query import show_sql as normalising_queries
-
-        emit(normalising_queries(files, model_vocabulary(model, revision) if model else None, settings))
+        emit(logs_sql(files, model, revision, settings))
         return 0
-    from stopdoctor.api import analyze_log_files, logs_report
 
     with _Progress(files) as progress:
         result = analyze_log_files(files, model, revision, settings, progress.callback)
@@ -124,6 +120,6 @@ def logs(
 
         from stopdoctor.reporters.logs_charts import render_logs_html
 
-        Path(html).write_text(render_logs_html(result), encoding="utf-8")
+        write_document(render_logs_html(result), Path(html), "the HTML report")
     write_report(report, format, output, color)
     return report.exit_code()

@@ -36,16 +36,13 @@ def probe_stop(
     if model is None:
         raise InputError("probe-stop needs --model: stop strings tokenize differently in every vocabulary",
                          hint='e.g. stopdoctor probe-stop "\\nUser:" --model HuggingFaceTB/SmolLM2-135M-Instruct')
-    from stopdoctor.api import load
-    from stopdoctor.actions.probe import parse_escapes, probe_model, read_corpus
+    from stopdoctor.api import probe_stops, stop_string
 
-    texts = [parse_escapes(s) for s in stops or []]
+    texts = [stop_string(s) for s in stops or []]
     if not texts and not from_template:
         raise InputError("no stop strings given", hint="give STOP arguments, or --from-template")
-    samples = [read_corpus(path) for path in corpus or []]
     with working(f"reading {model} and probing…"):
-        report = probe_model(load(model, revision), texts, from_template=from_template, corpus=samples,
-                             corpus_files=[str(p) for p in corpus or []])
+        report = probe_stops(model, texts, from_template=from_template, corpus=corpus, revision=revision)
     for note in report.notes:
         say(f"stopdoctor: {note}")
     if json:

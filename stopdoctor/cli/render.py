@@ -37,50 +37,26 @@ def render(
     color: ColorOpt = None,
 ) -> int:
     """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
-    from stopdoctor.api import load
-    from stopdoctor.core.errors import InputError, TemplateError
-    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, load_conversations, load_tools, render_prompt, select_template, template_from_file
+    from stopdoctor.api import read_conversations, read_tools, render_prompts
+    from stopdoctor.core.errors import InputError
 
     if messages_file is not None and message:
         raise InputError("give --messages or -m, not both")
     if messages_file is not None:
-        conversations = load_conversations(messages_file)
+        conversations = read_conversations(messages_file)
     elif message:
         conversations = [[{"role": role, "content": text} for role, text in message_pairs(message)]]
     else:
-        conversations = [list(SAMPLE_CONVERSATION)]
-        say("stopdoctor: no messages given; rendering a sample conversation (system + user). "
-            "Use -m ROLE TEXT or --messages FILE.")
-    tools = load_tools(tools_file) if tools_file is not None else None
+        conversations = None
+    tools = read_tools(tools_file) if tools_file is not None else None
 
     with working(f"reading {model} and rendering…"):
-        facts = load(model, revision)
-        chosen = select_template(facts, template, tools)
-        options = dict(tools=tools, add_generation_prompt=not no_generation_prompt,
-                       continue_final_message=continue_final_message)
-        try:
-            rendered = [render_prompt(facts, conv, template=chosen, **options) for conv in conversations]
-        except TemplateError:
-            if messages_file is not None or message:
-                raise
-            # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
-            say("stopdoctor: the template rejects a system turn; rendering the user message alone.")
-            rendered = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
-
-    comparisons = None
-    if compare is not None:
-        other_path = Path(compare).expanduser()
-        if other_path.is_file() and other_path.suffix.lower() != ".gguf":
-            other_facts, other_template = facts, template_from_file(other_path)
-        else:
-            other_facts = load(compare, None)
-            other_template = select_template(other_facts, None, tools)
-        comparisons = [
-            compare_prompts(facts, left, other_facts,
-                            render_prompt(other_facts, left.messages, template=other_template, **options),
-                            model, compare)
-            for left in rendered
-        ]
+        result = render_prompts(model, conversations, tools=tools, template=template, compare=compare,
+                                add_generation_prompt=not no_generation_prompt,
+                                continue_final_message=continue_final_message, revision=revision)
+    for note in result.notes:
+        say(f"stopdoctor: {note}")
+    rendered, comparisons = result.prompts, result.comparisons
 
     if json:
         from stopdoctor.reporters.prompt_text import render_prompt_json
