@@ -1,0 +1,1 @@
+vllm serve ./model --reasoning-parser qwen3
