@@ -285,14 +285,29 @@ def _openers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     add_generation_prompt). Written right after every close, they are never part of it."""
     bos = (special_tokens or {}).get("bos_token")
     found = set()
-    first = _first_special(generation_prompt, known, skip=bos)
+    first_user = _text_before(probe, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1)
+    first = _prompt_opener(generation_prompt, first_user, known, bos)
     if first is not None:
         found.add(first)
     system = _first_special(_text_before(probe, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
-    user = _first_special(_text_before(probe, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
+    user = _first_special(first_user, known, skip=bos)
     if system is not None and system == user:
         found.add(system)
     return frozenset(found)
+
+
+def _prompt_opener(generation_prompt: str | None, first_header: str | None, known: list[str], bos: str | None) -> str | None:
+    """The generation prompt's first special token, unless it is the previous turn's close written
+    by position (Jamba: `<|eom|>` before every message but the first, so before the prompt too):
+    a token the first turn's header lacks, followed in the prompt by one that header has."""
+    first = _first_special(generation_prompt, known, skip=bos)
+    if first is None or not first_header:
+        return first
+    in_header = {p for p in _pieces(first_header, known) if p in known and p != bos}
+    if first in in_header:
+        return first
+    later = [p for p in _pieces(generation_prompt or "", known) if p in known and p != bos]
+    return next((p for p in later[1:] if p in in_header), first)
 
 
 def _generation_prompt(probe: _Probe, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
@@ -423,11 +438,29 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     evidence = f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}"
     found = [EndOfTurnMarker(text, trailing, evidence) for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
     markers, also = found[-1:], found[:-1]
+    if markers and also:
+        also = _shared_by_tool_call_turns(probe, special_tokens, known, prefix, openers, markers[0].text, also)
     if not markers:
         style, markers = _headerish_end(probe, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
     return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, probe.shape.parts,
                          probe.shape.tools)
+
+
+def _shared_by_tool_call_turns(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], prefix: list[dict],
+                               openers: frozenset[str], last: str, earlier: list[EndOfTurnMarker]) -> list[EndOfTurnMarker]:
+    """The earlier closing tokens that a tool-call turn writes too. Command A ends answers
+    `<|END_RESPONSE|><|END_OF_TURN_TOKEN|>` and tool calls `<|END_ACTION|><|END_OF_TURN_TOKEN|>`: a
+    runtime stopping on `<|END_RESPONSE|>` alone never ends a tool-call turn."""
+    call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
+    text = _try_render(probe, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
+    after = _between(text, _TOOL_NAME, None) if text is not None and _TOOL_NAME in text.split(_U1)[-1] else None
+    if after is None:
+        return earlier
+    pieces = _pieces(_cut_at_opener(after, openers, known), known)
+    if last not in pieces:
+        return earlier  # the tool-call turn closes some other way: nothing to compare with
+    return [m for m in earlier if m.text in pieces]
 
 
 def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
@@ -447,11 +480,25 @@ def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, know
             markers.append(EndOfTurnMarker(first, "", evidence, kind="header"))
     if markers:
         return "next-header", markers
-    if after_mid and after_mid.strip() and (close.isspace() or after_mid[:1].isspace()):
-        header = after_mid.strip().splitlines()[0]
+    # A plain-text header right after the answer ("…answer### User:") is the same design as one
+    # after a newline: one newline must not flip the verdict.
+    plain = not any(p in known and p.strip() for p in _pieces(after_mid or "", known))
+    if after_mid and after_mid.strip() and (close.isspace() or after_mid[:1].isspace() or (not close and plain)):
+        header = _role_label(after_mid.strip().splitlines()[0])
         evidence = f"only whitespace closes an assistant turn; the next turn opens with {json.dumps(after_mid, ensure_ascii=False)}"
         return "whitespace", [EndOfTurnMarker(header, "", evidence, kind="text")]
     return "none", []
+
+
+# A role label: a few words ending in a colon at the start of a header ("### User:", "GPT4 Correct User:").
+_ROLE_LABEL_RE = re.compile(r"[^:\n]{1,40}?:(?=\s|$)")
+
+
+def _role_label(header: str) -> str:
+    """The role label that opens a plain-text header, without a fixed instruction after it
+    (`User: You must put your answer …` → `User:`): the stop a runtime needs, not 200 characters."""
+    match = _ROLE_LABEL_RE.match(header)
+    return match.group(0) if match else header
 
 
 def render_in_shape(turns: TurnStructure, source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
