@@ -24,8 +24,14 @@ def _folder_with_tokens(tmp_path: Path, template: str, tokens: list[str], eos: s
                  "normalized": False, "special": True}
         tokenizer["added_tokens"].append(entry)
         config["added_tokens_decoder"][str(next_id + i)] = {k: v for k, v in entry.items() if k != "id"}
-    if eos is not None:
+    if eos is not None:  # every file names it: the tokenizer, config.json, generation_config.json
         config["eos_token"] = eos
+        eos_id = next_id + tokens.index(eos)
+        for name in ("config.json", "generation_config.json"):
+            if (folder / name).is_file():
+                data = json.loads((folder / name).read_text())
+                data["eos_token_id"] = eos_id
+                (folder / name).write_text(json.dumps(data))
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return folder
@@ -126,3 +132,27 @@ LONG_USER_PREFIX = (
 def test_the_stop_after_a_role_label_is_the_label_not_the_instruction():
     turns = analyze_turns(LONG_USER_PREFIX, {"eos_token": "</s>"}, ["</s>"])
     assert (turns.style, [m.text for m in turns.end_of_turn]) == ("whitespace", ["User:"])
+
+
+# --- a close that also ends a message inside the turn (Harmony <|end|>) --------------------------
+
+# A gpt-oss template variant that ends the final message <|end|> as it ends the analysis one
+# (no <|return|>): <|end|> is what follows the answer, and also what ends the thought before it.
+HARMONY_END_ONLY = (
+    "{%- for m in messages -%}{%- if m['role'] == 'assistant' -%}{%- if m.get('thinking') -%}"
+    "{{- '<|start|>assistant<|channel|>analysis<|message|>' + m['thinking'] + '<|end|>' -}}{%- endif -%}"
+    "{{- '<|start|>assistant<|channel|>final<|message|>' + m['content'] + '<|end|>' -}}"
+    "{%- else -%}{{- '<|start|>' + m['role'] + '<|message|>' + m['content'] + '<|end|>' -}}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"
+)
+HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"]
+
+
+def test_a_close_written_inside_the_turn_too_is_refused_as_a_stop(tmp_path):
+    folder = _folder_with_tokens(tmp_path, HARMONY_END_ONLY, HARMONY_TOKENS, eos="<|end|>")
+    analysis = inspect_model(str(folder)).analysis
+    end = analysis.facts.vocab.id_of("<|end|>")
+    assert analysis.stop_hazard(end) is not None
+    assert end not in analysis.required_stop_ids()
+    assert [d.text for d in analysis.facts.declared_for("eos")][:1] == ["<|end|>"]
+    assert not [e for e in analysis.verdict.evidence if "turn-end token <|end|>" in e.clue]
