@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from fixtures import templates
+from fixtures import fresh_templates, templates
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.template.render import render_chat
 from stopdoctor.template.turns import TurnStructure, analyze_turns
@@ -78,9 +78,9 @@ class TemplateCorpus:
 
     @property
     def entries(self) -> Mapping[str, str]:
-        """name -> template source, every available source (read once)."""
+        """name -> template source, every available source, the fresh corpus too (read once)."""
         if self._entries is None:
-            self._entries = MappingProxyType(templates.corpus())
+            self._entries = MappingProxyType({**templates.corpus(), **fresh_templates.fresh_corpus()})
         return self._entries
 
     def analysed(self, name: str) -> Analysed:

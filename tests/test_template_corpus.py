@@ -83,4 +83,4 @@ def test_every_entry_has_a_label_and_every_label_an_entry(source):
 def test_corpus_is_the_union_of_the_sources(template_corpus):
     entries = template_corpus.entries
     assert set(templates.synth_templates()) <= set(entries)
-    assert all(name.split("/", 1)[0] in {"llama.cpp", "xinference", "realworld", "gguf", "synth"} for name in entries)
+    assert all(name.split("/", 1)[0] in {"llama.cpp", "xinference", "realworld", "gguf", "synth", "axolotl", "unsloth"} for name in entries)

@@ -150,7 +150,8 @@ def analyze(facts: ModelFacts) -> Analysis:
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = all_stops(facts)  # the core runtimes, then the other engines
-    analysis.verdict = decide(facts, analysis.end_of_turn_ids)
+    unsafe = frozenset(d.id for d in facts.declared_for("eos") if d.id is not None and analysis.stop_hazard(d.id) is not None)
+    analysis.verdict = decide(facts, analysis.end_of_turn_ids, unsafe)
     return analysis
 
 

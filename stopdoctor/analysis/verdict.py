@@ -45,10 +45,12 @@ KIND_RULE = ("each clue's weight adds up: + points to instruct, - to base; instr
              "(a declared end-of-turn stop id or a turn-end eos), base at -2 or less (or a name saying base), else unknown")
 
 
-def decide(facts: ModelFacts, end_of_turn_ids: set[int]) -> Verdict:
+def decide(facts: ModelFacts, end_of_turn_ids: set[int], unsafe_ids: frozenset[int] = frozenset()) -> Verdict:
     """Only the model's own files count: its names, its declared stop ids (not what a runtime
     adds, such as llama.cpp's end-of-generation text list), GGUF general.finetune, its model card.
-    A chat template alone is weak evidence: anyone can add one to a base model."""
+    A chat template alone is weak evidence: anyone can add one to a base model. `unsafe_ids` are
+    ids the safe-stop rule refuses (gpt-oss `<|end|>` also ends the analysis message): an eos
+    among them is no turn-end token, whatever its text."""
     evidence: list[Evidence] = []
     strong = False
     for arch in facts.architectures:
@@ -78,7 +80,7 @@ def decide(facts: ModelFacts, end_of_turn_ids: set[int]) -> Verdict:
     elif template_known:
         evidence.append(Evidence("no chat template", -2))
     for declared in facts.declared_for("eos"):
-        if declared.text in TURN_END_EOS:
+        if declared.text in TURN_END_EOS and declared.id not in unsafe_ids:
             evidence.append(Evidence(f"eos is the turn-end token {declared.text}", +2, declared.location))
             strong = True
             break

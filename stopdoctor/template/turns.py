@@ -1,7 +1,7 @@
 """Turn structure: what a chat template writes around each message, learnt by rendering sentinel
 conversations in the sandbox, never from a list of known model families.
 
-Imports: the standard library, `stopdoctor.template` (render, limits) and `stopdoctor.core.errors`.
+Imports: the standard library, `stopdoctor.template` (render, limits, pieces) and `stopdoctor.core.errors`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
+from stopdoctor.template.pieces import between, common_prefix, common_suffix, cut_at_opener, first_special, split_pieces
 from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
 
 # --------------------------------------------------------------------------------------------
@@ -60,10 +61,10 @@ class TurnStructure:
         """Special tokens written in any turn header, plus the openers; never the close's own
         tokens (a header learnt after a default system turn may begin with that turn's close)."""
         known = sorted(set(known), key=len, reverse=True)
-        closes = set(_pieces(self.close, known)) | {m.text for m in (*self.end_of_turn, *self.also_ends) if m.kind == "token"}
+        closes = set(split_pieces(self.close, known)) | {m.text for m in (*self.end_of_turn, *self.also_ends) if m.kind == "token"}
         texts = set(self.openers)
         for header in self.headers.values():
-            texts |= {p for p in _pieces(header, known) if p in known and p.strip()}
+            texts |= {p for p in split_pieces(header, known) if p in known and p.strip()}
         return frozenset(texts - closes)
 
 
@@ -109,9 +110,6 @@ class _Probe:
 
 _UNDEFINED_RE = re.compile(r"'(\w{1,40})' is undefined")
 _RESERVED_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt", "message", "loop"})
-# A rough tokenisation for comparing the text around turns when no vocabulary is given:
-# chat-control-looking tags, bracket tags, whitespace runs, words, single characters.
-_PIECE_RE = re.compile(r"<\|[^|<>]*\|>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]|\s+|[^\s<\[]+|.", re.S)
 
 
 def _probe_for(source: str, special_tokens: Mapping[str, str] | None, limits: RenderLimits) -> _Probe:
@@ -179,49 +177,6 @@ def _try_render(probe: _Probe, messages: list[dict], special_tokens: Mapping[str
     return None
 
 
-def _pieces(text: str, known: list[str]) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        for special in known:
-            if text.startswith(special, i):
-                out.append(special)
-                i += len(special)
-                break
-        else:
-            match = _PIECE_RE.match(text, i)
-            # Stop plain-text runs at the start of a known special token.
-            piece = match.group(0)
-            for special in known:
-                cut = piece.find(special)
-                if cut > 0:
-                    piece = piece[:cut]
-            out.append(piece)
-            i += len(piece)
-    return out
-
-
-def _common_prefix(a: str, b: str, known: list[str]) -> str:
-    pa, pb = _pieces(a, known), _pieces(b, known)
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y:
-            break
-        out.append(x)
-    return "".join(out)
-
-
-def _between(text: str, start: str, end: str | None) -> str | None:
-    at = text.rfind(start)
-    if at < 0:
-        return None
-    after = at + len(start)
-    if end is None:
-        return text[after:]
-    stop = text.find(end, after)
-    return text[after:stop] if stop >= 0 else None
-
-
 def _known_texts(special_tokens: Mapping[str, str] | None, known_special_texts: Iterable[str]) -> list[str]:
     known = {t for t in known_special_texts if t}
     known |= {str(v) for v in (special_tokens or {}).values() if v}
@@ -255,28 +210,6 @@ def _user_header_from(probe: _Probe, special_tokens: Mapping[str, str] | None, p
                         after=_SYS if prefix else None)
 
 
-def _first_special(text: str | None, known: list[str], skip: str | None = None) -> str | None:
-    """The first non-whitespace piece of `text` when it is a known special token (after `skip`,
-    a bos written literally)."""
-    if not text:
-        return None
-    for piece in _pieces(text, known):
-        if piece.strip() and piece != skip:
-            return piece if piece in known else None
-    return None
-
-
-def _cut_at_opener(text: str, openers: frozenset[str], known: list[str]) -> str:
-    """The text up to the first token that opens a turn: what closes the turn, without the
-    role-independent start of the next header (`<|start_header_id|>`, `<|im_start|>`)."""
-    out = []
-    for piece in _pieces(text, known):
-        if piece in openers:
-            break
-        out.append(piece)
-    return "".join(out)
-
-
 def _openers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str],
              prefix: list[dict], generation_prompt: str | None) -> frozenset[str]:
     """Special tokens that open every turn, whatever its role: the first token of the generation
@@ -285,14 +218,29 @@ def _openers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     add_generation_prompt). Written right after every close, they are never part of it."""
     bos = (special_tokens or {}).get("bos_token")
     found = set()
-    first = _first_special(generation_prompt, known, skip=bos)
+    first_user = _text_before(probe, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1)
+    first = _prompt_opener(generation_prompt, first_user, known, bos)
     if first is not None:
         found.add(first)
-    system = _first_special(_text_before(probe, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
-    user = _first_special(_text_before(probe, special_tokens, [*prefix, _user(_U1)], _SYS if prefix else _U1), known, skip=bos)
+    system = first_special(_text_before(probe, special_tokens, [_system(), _user(_U1)], _SYS), known, skip=bos)
+    user = first_special(first_user, known, skip=bos)
     if system is not None and system == user:
         found.add(system)
     return frozenset(found)
+
+
+def _prompt_opener(generation_prompt: str | None, first_header: str | None, known: list[str], bos: str | None) -> str | None:
+    """The generation prompt's first special token, unless it is the previous turn's close written
+    by position (Jamba: `<|eom|>` before every message but the first, so before the prompt too):
+    a token the first turn's header lacks, followed in the prompt by one that header has."""
+    first = first_special(generation_prompt, known, skip=bos)
+    if first is None or not first_header:
+        return first
+    in_header = {p for p in split_pieces(first_header, known) if p in known and p != bos}
+    if first in in_header:
+        return first
+    later = [p for p in split_pieces(generation_prompt or "", known) if p in known and p != bos]
+    return next((p for p in later[1:] if p in in_header), first)
 
 
 def _generation_prompt(probe: _Probe, special_tokens: Mapping[str, str] | None, prefix: list[dict]) -> str | None:
@@ -308,29 +256,29 @@ def _inner_tokens(probe: _Probe, special_tokens: Mapping[str, str] | None, known
     """Special tokens written inside an assistant turn, between its opening and its content:
     thinking tags, channel markers, response delimiters. Rendered with and without reasoning."""
     inner: set[str] = set()
-    user_close = _between(_try_render(probe, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
+    user_close = between(_try_render(probe, [*prefix, _user(_U1)], special_tokens) or "", _U1, None) or ""
     for assistant in (_assistant(_A1), _assistant(_A1, reasoning_content=_THINK)):
         text = _try_render(probe, [*prefix, _user(_U1), assistant], special_tokens, optional=True)
-        span = _between(text, _U1, _A1) if text is not None else None
+        span = between(text, _U1, _A1) if text is not None else None
         if span is None:
             continue
-        pieces = _pieces(span, known)
+        pieces = split_pieces(span, known)
         start = next((i for i, p in enumerate(pieces) if p in openers), None)
         if start is None:  # no opener: skip what the user turn writes after its content anyway
-            start = len(_pieces(_common_prefix(user_close, span, known), known))
+            start = len(split_pieces(common_prefix(user_close, span, known), known))
         inner |= {p for p in pieces[start + 1:] if p in known and p.strip() and p not in openers}
     # A token after which the turn still writes a tool call (Cohere <|END_TEXT|> before
     # <|START_ACTION|>) closes a segment, not the turn.
     call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
     text = _try_render(probe, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
-    after = _between(text, _A1, None) if text is not None else None
+    after = between(text, _A1, None) if text is not None else None
     if after and _TOOL_NAME in after:
         before_call = after[: after.rfind(_TOOL_NAME)]
         # the call must be in the same turn: no opener before it, and not after the usual close
         # (GigaChat writes the call as a message of its own after <|message_sep|>)
-        same_turn = _cut_at_opener(before_call, openers, known) == before_call
+        same_turn = cut_at_opener(before_call, openers, known) == before_call
         if same_turn and not (close.strip() and before_call.startswith(close)):
-            inner |= {p for p in _pieces(before_call, known) if p in known and p.strip()}
+            inner |= {p for p in split_pieces(before_call, known) if p in known and p.strip()}
     return frozenset(inner)
 
 
@@ -339,7 +287,7 @@ def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header
     written inside turns. The last is what the turn ends with ('<|END_RESPONSE|><|END_OF_TURN_TOKEN|>'
     → END_OF_TURN). Without known special tokens, the first non-whitespace run, unless that is
     the next user header ("\n\nUSER: " closes nothing: it opens the next turn)."""
-    pieces = _pieces(close, known)
+    pieces = split_pieces(close, known)
     markers = []
     for i, piece in enumerate(pieces):
         if piece in known and piece.strip() and piece not in inner and all(piece != m for m, _ in markers):
@@ -351,16 +299,6 @@ def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header
     if match is None or (user_header and match.group(1) in user_header):
         return []
     return [(match.group(1), match.group(2))]
-
-
-def _common_suffix(a: str, b: str, known: list[str]) -> str:
-    pa, pb = _pieces(a, known), _pieces(b, known)
-    out: list[str] = []
-    for x, y in zip(reversed(pa), reversed(pb)):
-        if x != y:
-            break
-        out.append(x)
-    return "".join(reversed(out))
 
 
 def analyze_turns(
@@ -388,8 +326,8 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     for prefix in ([], [_system()]):
         end = _try_render(probe, [*prefix, u1, a1], special_tokens)
         mid = _try_render(probe, [*prefix, u1, a1, u2], special_tokens)
-        after_end = _between(end, _A1, None) if end is not None else None
-        after_mid = _between(mid, _A1, _U2) if mid is not None else None
+        after_end = between(end, _A1, None) if end is not None else None
+        after_mid = between(mid, _A1, _U2) if mid is not None else None
         if after_end is not None or after_mid is not None:
             break
     else:
@@ -401,19 +339,19 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     generation_prompt = _generation_prompt(probe, special_tokens, prefix)
     openers = _openers(probe, special_tokens, known, prefix, generation_prompt)
     headers = _headers(probe, special_tokens, known, openers)
-    close_end = _cut_at_opener(after_end, openers, known) if after_end is not None else None
-    close_mid = _cut_at_opener(after_mid, openers, known) if after_mid is not None else None
+    close_end = cut_at_opener(after_end, openers, known) if after_end is not None else None
+    close_mid = cut_at_opener(after_mid, openers, known) if after_mid is not None else None
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
         first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
-        header = _common_suffix(close_mid, first_user or "", known)
+        header = common_suffix(close_mid, first_user or "", known)
         if header.strip():
             close_mid = close_mid[: len(close_mid) - len(header)]
 
     style, close = "token", ""
     if close_end and close_end.strip() and close_mid and close_mid.strip():
-        common = _common_prefix(close_end, close_mid, known)
+        common = common_prefix(close_end, close_mid, known)
         close = common if common.strip() else close_end
     elif close_end and close_end.strip():
         close = close_end
@@ -423,11 +361,29 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     evidence = f"after assistant content the template writes {json.dumps(close, ensure_ascii=False)}"
     found = [EndOfTurnMarker(text, trailing, evidence) for text, trailing in _markers_in(close, known, inner, headers.get("user"))] if close else []
     markers, also = found[-1:], found[:-1]
+    if markers and also:
+        also = _shared_by_tool_call_turns(probe, special_tokens, known, prefix, openers, markers[0].text, also)
     if not markers:
         style, markers = _headerish_end(probe, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
     return TurnStructure(tuple(markers), style, close, tuple(also), headers, openers, inner, probe.shape.parts,
                          probe.shape.tools)
+
+
+def _shared_by_tool_call_turns(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], prefix: list[dict],
+                               openers: frozenset[str], last: str, earlier: list[EndOfTurnMarker]) -> list[EndOfTurnMarker]:
+    """The earlier closing tokens that a tool-call turn writes too. Command A ends answers
+    `<|END_RESPONSE|><|END_OF_TURN_TOKEN|>` and tool calls `<|END_ACTION|><|END_OF_TURN_TOKEN|>`: a
+    runtime stopping on `<|END_RESPONSE|>` alone never ends a tool-call turn."""
+    call = {"id": "call_1", "type": "function", "function": {"name": _TOOL_NAME, "arguments": {"city": "Paris"}}}
+    text = _try_render(probe, [*prefix, _user(_U1), _assistant(_A1, tool_calls=[call])], special_tokens, optional=True)
+    after = between(text, _TOOL_NAME, None) if text is not None and _TOOL_NAME in text.split(_U1)[-1] else None
+    if after is None:
+        return earlier
+    pieces = split_pieces(cut_at_opener(after, openers, known), known)
+    if last not in pieces:
+        return earlier  # the tool-call turn closes some other way: nothing to compare with
+    return [m for m in earlier if m.text in pieces]
 
 
 def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
@@ -438,20 +394,34 @@ def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, know
     following = [("user", after_mid)]
     for role in ("tool", "observation"):  # GLM calls the tool role "observation"
         tool = _try_render(probe, [_user(_U1), _assistant(_A1), {"role": role, "content": _TOOL}], special_tokens, optional=True)
-        following.append((role, _between(tool, _A1, _TOOL) if tool is not None else None))
+        following.append((role, between(tool, _A1, _TOOL) if tool is not None else None))
     markers: list[EndOfTurnMarker] = []
     for role, text in following:
-        first = _first_special(text, known)
+        first = first_special(text, known)
         if first is not None and first not in excluded and all(m.text != first for m in markers):
             evidence = f"nothing closes an assistant turn; the next {role} turn opens with {json.dumps(text, ensure_ascii=False)}"
             markers.append(EndOfTurnMarker(first, "", evidence, kind="header"))
     if markers:
         return "next-header", markers
-    if after_mid and after_mid.strip() and (close.isspace() or after_mid[:1].isspace()):
-        header = after_mid.strip().splitlines()[0]
+    # A plain-text header right after the answer ("…answer### User:") is the same design as one
+    # after a newline: one newline must not flip the verdict.
+    plain = not any(p in known and p.strip() for p in split_pieces(after_mid or "", known))
+    if after_mid and after_mid.strip() and (close.isspace() or after_mid[:1].isspace() or (not close and plain)):
+        header = _role_label(after_mid.strip().splitlines()[0])
         evidence = f"only whitespace closes an assistant turn; the next turn opens with {json.dumps(after_mid, ensure_ascii=False)}"
         return "whitespace", [EndOfTurnMarker(header, "", evidence, kind="text")]
     return "none", []
+
+
+# A role label: a few words ending in a colon at the start of a header ("### User:", "GPT4 Correct User:").
+_ROLE_LABEL_RE = re.compile(r"[^:\n]{1,40}?:(?=\s|$)")
+
+
+def _role_label(header: str) -> str:
+    """The role label that opens a plain-text header, without a fixed instruction after it
+    (`User: You must put your answer …` → `User:`): the stop a runtime needs, not 200 characters."""
+    match = _ROLE_LABEL_RE.match(header)
+    return match.group(0) if match else header
 
 
 def render_in_shape(turns: TurnStructure, source: str, messages: list[dict], special_tokens: Mapping[str, str] | None,
@@ -500,14 +470,14 @@ def _headers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
 
     mid = _try_render(probe, [u1, a1, u2], special_tokens)
     if mid is not None:
-        between = _between(mid, _A1, _U2)
-        if between is not None:
-            close = _cut_at_opener(between, openers, known)
+        span = between(mid, _A1, _U2)
+        if span is not None:
+            close = cut_at_opener(span, openers, known)
             end = _try_render(probe, [u1, a1], special_tokens)
-            after_end = _between(end, _A1, None) if end is not None else None
+            after_end = between(end, _A1, None) if end is not None else None
             if not openers and after_end:  # no opener to cut at: the part shared with the final close
-                close = _common_prefix(after_end, between, known)
-            headers["user"] = between[len(close):]
+                close = common_prefix(after_end, span, known)
+            headers["user"] = span[len(close):]
     if "user" not in headers:
         first = _user_header_from(probe, special_tokens, [])
         if first is not None:
@@ -516,17 +486,17 @@ def _headers(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     plain = _try_render(probe, [u1], special_tokens, add_generation_prompt=False)
     prompted = _try_render(probe, [u1], special_tokens, add_generation_prompt=True)
     pair = _try_render(probe, [u1, a1], special_tokens)
-    between_ua = _between(pair, _U1, _A1) if pair is not None else None
+    between_ua = between(pair, _U1, _A1) if pair is not None else None
     gen_prompt = None
     if plain is not None and prompted is not None and prompted.startswith(plain):
         gen_prompt = prompted[len(plain):]
     if gen_prompt and (between_ua is None or between_ua.endswith(gen_prompt)):
         headers["assistant"] = gen_prompt
     elif between_ua is not None and plain is not None:
-        user_close = _between(plain, _U1, None) or ""
-        header = between_ua[len(_common_prefix(user_close, between_ua, known)):]
+        user_close = between(plain, _U1, None) or ""
+        header = between_ua[len(common_prefix(user_close, between_ua, known)):]
         if not header and openers:  # the template writes the assistant header after every turn
-            pieces = _pieces(between_ua, known)
+            pieces = split_pieces(between_ua, known)
             at = next((i for i, p in enumerate(pieces) if p in openers), None)
             header = "".join(pieces[at:]) if at is not None else ""
         headers["assistant"] = header
