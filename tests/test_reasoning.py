@@ -203,3 +203,12 @@ def test_probe_stop_cli_fail_on_miss_inside_the_thought(tmp_path):
     assert bad.exit_code == 1, bad.output
     ok = runner.invoke(app, ["probe-stop", "<|im_end|>", "--model", str(folder), "--fail-on-miss"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_sd450_reads_sglang_reasoning_parser(tmp_path):
+    harmony = inspect_model(str(build_reasoning("harmony", tmp_path / "h"))).analysis
+    line = "python -m sglang.launch_server --model-path m --reasoning-parser deepseek-r1\n"
+    bad = serving_findings(harmony, _serving(tmp_path, "s.sh", line))
+    assert [(f.code, f.severity.label) for f in bad] == [("SD450", "error")]
+    ok = "python -m sglang.launch_server --model-path m --reasoning-parser gpt-oss\n"
+    assert not serving_findings(harmony, _serving(tmp_path, "ok.sh", ok))
