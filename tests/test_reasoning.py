@@ -138,3 +138,77 @@ def test_sd452_stop_inside_the_thought(tmp_path):
     assert sorted((f.code, f.severity.label) for f in bad if f.code == "SD452") == [("SD452", "error"), ("SD452", "warning")]
     chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
     assert "SD452" not in {f.code for f in serving_findings(chat, _serving(tmp_path, "c.json", '{"model": "m", "stop": ["\\n\\n"]}'))}
+
+
+# --- probe-stop inside the thought -----------------------------------------------------------
+
+
+def _probe(folder, stops):
+    from stopdoctor.actions.probe import probe_model
+    from stopdoctor.api import load
+
+    return probe_model(load(str(folder)), stops)
+
+
+def test_probe_stop_fires_inside_the_thought(tmp_path):
+    from stopdoctor.reporters.probe_text import render_probe_human, render_probe_json
+
+    report = _probe(build_reasoning("hybrid", tmp_path / "m"), ["\n\n", "</think>", "<|im_end|>"])
+    blank, close, eot = report.stops
+    assert blank.fires_inside_thought and blank.failed and report.failed
+    assert not any(m.at_close for m in blank.inside_thought.matches)
+    assert close.fires_inside_thought and all(m.at_close for m in close.inside_thought.matches)
+    assert eot.inside_thought is not None and not eot.inside_thought.fires and not eot.fires_inside_thought
+    document = json.loads(render_probe_json(report))
+    first = document["stops"][0]["inside_thought"]
+    assert first["fires"] is True and first["close"] == "</think>" and len(first["firing_samples"]) == 4
+    assert document["stops"][2]["inside_thought"]["fires"] is False
+    text = render_probe_human(report)
+    assert "inside thought  fires in 4 of 4 sample thoughts (<think>…</think>): the reply would end inside" in text
+    assert "never stop on </think>" in text
+
+
+def test_probe_stop_thought_of_a_prefilled_template_starts_inside_it(tmp_path):
+    report = _probe(build_reasoning("prefilled", tmp_path / "m"), ["<think>", "Wait,"])
+    opened, wait = report.stops
+    assert not opened.inside_thought.fires  # the prompt wrote <think>: the model never generates it
+    assert wait.fires_inside_thought and wait.failed
+
+
+def test_probe_stop_harmony_message_token_fires_in_the_analysis_channel(tmp_path):
+    report = _probe(build_reasoning("harmony", tmp_path / "m"), ["<|message|>", "<|return|>"])
+    assert report.stops[0].fires_inside_thought and not report.stops[1].fires_inside_thought
+
+
+def test_probe_stop_on_a_chat_model_probes_no_thought(tmp_path):
+    from stopdoctor.reporters.probe_text import render_probe_human, render_probe_json
+
+    report = _probe(build_family("chatml", tmp_path / "m"), ["\n\n", "<|im_end|>"])
+    assert all(s.inside_thought is None and not s.fires_inside_thought for s in report.stops)
+    assert not report.stops[1].failed and report.reasoning is None
+    assert all(s["inside_thought"] is None for s in json.loads(render_probe_json(report))["stops"])
+    assert "inside thought" not in render_probe_human(report)
+
+
+def test_probe_stop_cli_fail_on_miss_inside_the_thought(tmp_path):
+    from typer.testing import CliRunner
+
+    from stopdoctor.cli.app import app
+
+    folder = build_reasoning("hybrid", tmp_path / "m")
+    runner = CliRunner()
+    # </think> is one special token: an id match never misses it and no answer holds it; it fails
+    # only because it ends every thought
+    bad = runner.invoke(app, ["probe-stop", "</think>", "--model", str(folder), "--fail-on-miss"])
+    assert bad.exit_code == 1, bad.output
+    ok = runner.invoke(app, ["probe-stop", "<|im_end|>", "--model", str(folder), "--fail-on-miss"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_sd450_reads_sglang_reasoning_parser(tmp_path):
+    harmony = inspect_model(str(build_reasoning("harmony", tmp_path / "h"))).analysis
+    line = "python -m sglang.launch_server --model-path m --reasoning-parser deepseek-r1\n"
+    bad = serving_findings(harmony, _serving(tmp_path, "s.sh", line))
+    assert [(f.code, f.severity.label) for f in bad] == [("SD450", "error")]
+    ok = "python -m sglang.launch_server --model-path m --reasoning-parser gpt-oss\n"
+    assert not serving_findings(harmony, _serving(tmp_path, "ok.sh", ok))

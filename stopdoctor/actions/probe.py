@@ -1,7 +1,7 @@
 """Plain functions behind `stopdoctor probe-stop`: stop strings probed with the model's own
 tokenizer after the default contexts and the template's own turn endings (the tokenizer-only
-probe is `stopdoctor.analysis.probe`), and the stop strings a template's user header suggests.
-No printing, no exiting.
+probe is `stopdoctor.analysis.probe`), and the stop strings a template's user header suggests; on a reasoning model, each stop
+inside sample thoughts (`stopdoctor.analysis.thought_probe`). No printing, no exiting.
 
 Imports: core, facts (model facts, vocabulary), analysis (the analysis, the probe), actions.render
 (the template's special tokens, template errors with their line).
@@ -36,6 +36,14 @@ class StopReport:
     probe: Any  # stopdoctor.analysis.probe.StopProbe
     contexts: list[ContextResult]
     standalone_pieces: list[str]
+    # stopdoctor.analysis.thought_probe.ThoughtProbe on a reasoning model; None: not probed (no thought)
+    inside_thought: Any = None
+
+    @property
+    def fires_inside_thought(self) -> bool:
+        """The stop fires inside a sample thought of a template that thinks by default."""
+        thought = self.inside_thought
+        return thought is not None and thought.fires and thought.default_on
 
     @property
     def misses(self) -> int:
@@ -47,7 +55,7 @@ class StopReport:
         stop that is one special token is matched on its id, which quoted text never produces: an
         answer quoting the marker as text is no false stop, and the right stop must not fail."""
         quoted_only = self.probe.special_token_id is not None
-        return self.misses > 0 or (bool(self.probe.false_positives) and not quoted_only)
+        return self.misses > 0 or (bool(self.probe.false_positives) and not quoted_only) or self.fires_inside_thought
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class ProbeReport:
     user_header: str | None
     corpus_files: list[str]
     notes: list[str] = field(default_factory=list)
+    reasoning: Any = None  # stopdoctor.template.reasoning.ReasoningStructure when the template thinks
 
     @property
     def failed(self) -> bool:
@@ -91,11 +100,13 @@ def probe_model(
     `corpus` is (name, text) samples searched in addition to the built-in sample answers."""
     from stopdoctor.analysis.core import analyze
     from stopdoctor.analysis.probe import SAMPLE_ANSWERS, contains_run, probe_stop
+    from stopdoctor.analysis.thought_probe import probe_thoughts
 
     tokenizer = facts.vocab.tokenizer()
     notes: list[str] = []
     turn_endings: list[str] = []
     user_header: str | None = None
+    reasoning = None
     if facts.template is not None:
         try:
             analysis = analyze(facts)
@@ -106,6 +117,7 @@ def probe_model(
         else:
             turn_endings = list(dict.fromkeys(e.text + "\n" for e in analysis.end_of_turn))
             user_header = analysis.turn_headers.get("user") or None
+            reasoning = analysis.reasoning if analysis.reasoning.is_reasoning else None
     elif from_template:
         raise InputError(f"{facts.source.spec}: has no chat template to derive stop strings from",
                          hint="give the stop strings as arguments")
@@ -133,6 +145,7 @@ def probe_model(
             raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
                              hint="stop strings are short markers such as '\\nUser:'")
 
+    thoughts = probe_thoughts(reasoning, candidates) if reasoning is not None else []
     probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
                         turn_endings=turn_endings, user_header=user_header)
 
@@ -140,13 +153,13 @@ def probe_model(
         return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
 
     reports = []
-    for probe in probes:
+    for index, probe in enumerate(probes):
         contexts = []
         for ctx in probe.contexts:
             full = tokenizer.encode(ctx.context + probe.stop, add_special_tokens=False).ids
             contexts.append(ContextResult(ctx, contains_run(full, probe.standalone_ids), pieces(ctx.ids)))
-        reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids)))
-    return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes)
+        reports.append(StopReport(probe, contexts, pieces(probe.standalone_ids), thoughts[index] if thoughts else None))
+    return ProbeReport(facts.source.spec, reports, turn_endings, user_header, list(corpus_files), notes, reasoning)
 
 
 def read_corpus(path: str | Path) -> tuple[str, str]:

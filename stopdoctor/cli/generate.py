@@ -46,17 +46,17 @@ def generate(
     server_model: Annotated[str | None, typer.Option("--server-model", help="Model name to send to the server (default: the one it serves).")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="Print every step: id, token text, special or not.")] = False,
     fragment_test: Annotated[bool, typer.Option("--fragment-test", help="Quick base-vs-instruct test by behaviour.")] = False,
+    thinking: Annotated[str | None, typer.Option("--thinking", metavar="on|off|both", help="A reasoning model: render the prompt with thinking on, off, or both (two runs); default: the template's default.")] = None,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
 ) -> int:
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
-    from stopdoctor.analysis.diagnose import exit_code
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.generate.local import LocalEngine
     from stopdoctor.actions.generate.request import Sampling, build_prompt, read_messages, resolve_stops
     from stopdoctor.actions.generate.server import ServerEngine
-    from stopdoctor.actions.generate.run import fragment_test as run_fragment_test, load_context, run_generate
+    from stopdoctor.actions.generate.run import fragment_test as run_fragment_test, load_context
 
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
@@ -65,9 +65,9 @@ def generate(
         raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
     if server is not None and not server.startswith(("http://", "https://")):
         raise InputError(f"--server {server!r}: not an http(s) URL", hint="e.g. --server http://127.0.0.1:8000")
-    if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature):
+    if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature or thinking):
         raise InputError("--fragment-test runs its own probes, greedy, with the model's stop ids",
-                         hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature, or drop --fragment-test")
+                         hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature/--thinking, or drop --fragment-test")
     if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
         raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
                          hint="an instruct model needs room to finish its answer before the verdict means anything")
@@ -80,12 +80,17 @@ def generate(
         raise InputError("nothing to generate from", hint='give -m user "text", --messages FILE, or --prompt TEXT (--raw)')
     if raw and prompt is None and not fragment_test:
         raise InputError("--raw needs --prompt TEXT")
+    if thinking is not None and raw:
+        raise InputError("--thinking switches the chat template; --raw sends no template")
 
     context = load_context(model, revision)
     # Everything that can be wrong with the request is checked before the (slow) model load.
     if not fragment_test:
         chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
-        built = build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw)
+        from stopdoctor.analysis.reasoning_run import thinking_calls
+
+        calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]
+        prompts = [build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw, thinking=call) for call in calls]
         from stopdoctor.actions.probe import parse_escapes
 
         # The one escape rule of every command that takes a stop string (probe-stop, labels --eot-token).
@@ -113,27 +118,40 @@ def generate(
         return 0
 
     sampling = Sampling(temperature, top_p, seed)
-    with working(f"generating up to {max_new_tokens} tokens…"):
-        result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+    runs = [_run_one(context, engine, built, stop_set, max_new_tokens, sampling, server is not None, reference)
+            for built in prompts]
+    if json:
+        from stopdoctor.reporters.generation import render_generation_json, render_generation_runs_json
+
+        emit(render_generation_json(*runs[0][:3]) if len(runs) == 1 else render_generation_runs_json(runs))
+    else:
+        from stopdoctor.reporters.generation import render_generation_human
+
+        emit("\n".join(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix,
+                                               evidence=evidence) for result, fix, evidence, _ in runs))
+    return max(code for *_, code in runs)
+
+
+def _run_one(context, engine, built, stop_set, max_new_tokens, sampling, served: bool, reference):
+    """One generation, its fix and its stop evidence, and its exit code."""
+    from stopdoctor.analysis.diagnose import exit_code
+    from stopdoctor.actions.generate.run import run_generate
+    from stopdoctor.cli.output import working
     from stopdoctor.fix import generate_fix
 
+    mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
+    with working(f"generating up to {max_new_tokens} tokens{mode}…"):
+        result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
     missed = result.diagnosis.should_have_stopped
-    fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, server is not None) if missed else None
+    fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, served) if missed else None
     evidence = None
-    if server is None and result.generation.finish_reason == "length" and not result.diagnosis.runaway_signs:
+    thinking_ran_out = result.reasoning is not None and result.reasoning.ran_out_thinking
+    if not served and result.generation.finish_reason == "length" and not result.diagnosis.runaway_signs \
+            and not thinking_ran_out:  # a budget spent thinking is said as such, not measured as weights
         from stopdoctor.actions.stop_odds import stop_evidence
 
         with working("the run went to the budget: measuring whether the weights can end a turn…"):
             evidence = stop_evidence(context.facts, context.analysis, engine, reference)
-    if json:
-        from stopdoctor.reporters.generation import render_generation_json
-
-        emit(render_generation_json(result, fix, evidence))
-    else:
-        from stopdoctor.reporters.generation import render_generation_human
-
-        emit(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix,
-                                     evidence=evidence))
     if evidence is not None and evidence.never_stops:
-        return 1  # a runaway the weights cause: no stop configuration ends it
-    return exit_code(result.generation, result.diagnosis)
+        return result, fix, evidence, 1  # a runaway the weights cause: no stop configuration ends it
+    return result, fix, evidence, exit_code(result.generation, result.diagnosis)

@@ -87,7 +87,41 @@ def generation_document(result: GenerateResult, fix: Any = None, evidence: Any =
         doc["stop_evidence"] = _evidence(evidence)
     if g.server is not None:
         doc["server"] = g.server
+    doc["reasoning"] = reasoning_document(result.reasoning)
     return doc
+
+
+def reasoning_document(outcome: Any) -> dict[str, Any] | None:
+    """JSON `reasoning` of a run (None on a model whose template shows no thought)."""
+    if outcome is None:
+        return None
+    return {"thinking": outcome.mode, "style": outcome.style, "open": outcome.open, "close": outcome.close,
+            "thought": outcome.thought, "closed": outcome.closed, "thought_tokens": outcome.thought_tokens,
+            "answer_tokens": outcome.answer_tokens, "answer_empty": outcome.answer_empty,
+            "ran_out_thinking": outcome.ran_out_thinking, "thought_in_prompt": outcome.thought_in_prompt,
+            "source": outcome.source, "answer": outcome.answer, "thought_text": outcome.thought_text}
+
+
+def reasoning_line(outcome: Any) -> tuple[str, str] | None:
+    """(style, plain line) of the `thought` line of a run, or None."""
+    if outcome is None:
+        return None
+    mode = "" if outcome.mode == "default" else f"thinking {outcome.mode}: "
+    frame = f"{outcome.open or ''}…{outcome.close}"
+    by = " (split out by the server)" if outcome.source == "server" else ""
+    if not outcome.thought:
+        state = "an empty thought in the prompt" if outcome.thought_in_prompt == "closed" else "no thought written"
+        empty = "; the answer is empty" if outcome.answer_empty else ""
+        return ("yellow" if outcome.answer_empty else "green"), f"{mode}{state}{empty}"
+    count = f" after {outcome.thought_tokens} tokens" if outcome.thought_tokens is not None else ""
+    if outcome.closed:
+        answer = "the answer is EMPTY" if outcome.answer_empty else (
+            f"then {outcome.answer_tokens} answer tokens" if outcome.answer_tokens is not None else "then the answer")
+        return ("bold red" if outcome.answer_empty else "green"), f"{mode}{frame} closed{count}{by}; {answer}"
+    if outcome.ran_out_thinking:
+        return "bold red", (f"{mode}{frame} never closed: the budget ran out inside the thought{count}; the answer is "
+                            "empty (raise the budget, or turn thinking off)")
+    return "bold red", f"{mode}{frame} never closed{count}{by}: the reply ended inside the thought; the answer is empty"
 
 
 def _turn(turn) -> dict[str, Any]:
@@ -96,6 +130,13 @@ def _turn(turn) -> dict[str, Any]:
 
 def render_generation_json(result: GenerateResult, fix: Any = None, evidence: Any = None) -> str:
     return json.dumps(generation_document(result, fix, evidence), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_generation_runs_json(runs: list) -> str:
+    """`generate --thinking both`: one document per run (each as `generate --json` writes it) under `runs`."""
+    document = {**header("stopdoctor.generate/1"), "thinking": "both",
+                "runs": [generation_document(result, fix, evidence) for result, fix, evidence, *_ in runs]}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
@@ -121,7 +162,10 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
                             fix: Any = None, evidence: Any = None) -> str:
     out = capture(color, width)
     g, d, stops = result.generation, result.diagnosis, result.request.stops
-    out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  [dim]({escape(result.engine)} on {escape(result.device)})[/]")
+    mode = result.request.prompt.thinking
+    thinking = f", thinking {mode}" if mode != "default" else ""
+    out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  "
+              f"[dim]({escape(result.engine)} on {escape(result.device)}{escape(thinking)})[/]")
     ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in stops.ids) or "none"
     strings = f"; strings {escape(json.dumps(list(stops.strings), ensure_ascii=False))}" if stops.strings else ""
     out.print(f"  stops     {escape(stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(stops.rule)})[/]")
@@ -166,6 +210,9 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         label = "          " if fix is not None else "[bold]fix[/]       "
         out.print(f"  {label}with stop ids {list(cf.stop_ids)} this would have ended at step {cf.step} "
                   f"with finish_reason=stop; {cf.wasted} tokens wasted")
+    thought = reasoning_line(result.reasoning)
+    if thought is not None:
+        out.print(f"  thought   [{thought[0]}]{escape(thought[1])}[/]")
     turn = d.hallucinated_turn
     if turn is not None:
         where = f"at step {turn.step}" if turn.step is not None else f"at character {turn.offset}"
@@ -173,7 +220,7 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         label = "[bold red]runaway[/]  " if g.finish_reason == "length" else "[yellow]note[/]     "
         out.print(f"  {label} the model wrote a {escape(turn.role)} turn itself {where}: "
                   f"{escape(json.dumps(turn.evidence, ensure_ascii=False))} ({escape(turn.source)})")
-    elif missed is None and g.finish_reason == "length":
+    elif missed is None and g.finish_reason == "length" and not (result.reasoning and result.reasoning.ran_out_thinking):
         style = "bold red" if evidence is not None and evidence.never_stops else "dim"
         label = "weights   " if evidence is not None and evidence.never_stops else "budget    "
         out.print(f"  [{style}]{label}[/]{escape(budget_or_weights(result, evidence))}")

@@ -59,8 +59,30 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
             out.print(f"    … {len(probe.false_positives) - 8} more (see --json)")
     else:
         out.print(f"  false positives  none in {probe.samples_checked} sample answers")
+    _render_thought(out, stop)
     for rec in probe.recommendations:
         out.print(f"  → {escape(rec)}")
+
+
+def _render_thought(out, stop: StopReport) -> None:
+    thought = stop.inside_thought
+    if thought is None:
+        return
+    frame = f"{thought.open or ''}…{thought.close}"
+    if not thought.fires:
+        out.print(f"  inside thought  fires in none of {thought.samples_checked} sample thoughts ({escape(frame)})")
+        return
+    closes = all(m.at_close for m in thought.matches)
+    what = ("it is the thought's close: the reply ends with an empty answer" if closes
+            else "the reply would end inside the thought, before any answer")
+    off = "" if thought.default_on else " (thinking is off by default: only when it is turned on)"
+    style = "bold red" if thought.default_on else "yellow"
+    out.print(f"  [{style}]inside thought[/]  fires in {len(thought.firing_samples)} of {thought.samples_checked} "
+              f"sample thoughts ({escape(frame)}): {what}{off}")
+    for m in thought.matches[:4]:
+        out.print(f"    {escape(m.sample)} @{m.offset}: {escape(quoted(m.excerpt))}")
+    out.print(f"  → never stop on {escape(thought.close)}: stop on the end of turn" if closes else
+              "  → apply the stop to the answer only (after the reasoning parser splits the thought out), or drop it")
 
 
 def render_probe_human(report: ProbeReport, color: bool = False, width: int = 100) -> str:
@@ -73,7 +95,12 @@ def render_probe_human(report: ProbeReport, color: bool = False, width: int = 10
     for stop in report.stops:
         _render_stop(out, stop, color)
     out.print()
-    failed = [s for s in report.stops if s.failed]
+    in_thought = [s for s in report.stops if s.fires_inside_thought]
+    failed = [s for s in report.stops if s.misses or (s.probe.false_positives and s.probe.special_token_id is None)]
+    if in_thought:
+        out.print(f"[bold]summary[/]  {len(in_thought)} of {len(report.stops)} stop string(s) fire inside the model's "
+                  f"thought ({escape(report.reasoning.open or '')}…{escape(report.reasoning.close or '')}; "
+                  "--fail-on-miss exits 1)")
     if failed:
         out.print(f"[bold]summary[/]  {len(failed)} of {len(report.stops)} stop string(s) would be missed by an id "
                   "match or fire inside ordinary answers (--fail-on-miss exits 1)")
@@ -111,7 +138,25 @@ def _stop_json(stop: StopReport) -> dict:
         "false_positives": [{"sample": f.sample, "offset": f.offset, "excerpt": f.excerpt} for f in probe.false_positives],
         "samples_checked": probe.samples_checked,
         "recommendations": probe.recommendations,
+        "inside_thought": _thought_json(stop.inside_thought),
         "failed": stop.failed,
+    }
+
+
+def _thought_json(thought) -> dict | None:
+    """None when the model shows no thought (nothing probed)."""
+    if thought is None:
+        return None
+    return {
+        "fires": thought.fires,
+        "open": thought.open,
+        "close": thought.close,
+        "prefilled": thought.prefilled,
+        "default_on": thought.default_on,
+        "samples_checked": thought.samples_checked,
+        "firing_samples": thought.firing_samples,
+        "matches": [{"sample": m.sample, "offset": m.offset, "excerpt": m.excerpt, "at_close": m.at_close}
+                    for m in thought.matches],
     }
 
 
@@ -121,6 +166,8 @@ def render_probe_json(report: ProbeReport) -> str:
         "model": report.model,
         "turn_endings": report.turn_endings,
         "user_header": report.user_header,
+        "reasoning": None if report.reasoning is None else {"style": report.reasoning.style, "open": report.reasoning.open,
+                                                            "close": report.reasoning.close},
         "corpus_files": report.corpus_files,
         "notes": report.notes,
         "stops": [_stop_json(s) for s in report.stops],

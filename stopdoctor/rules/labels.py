@@ -261,3 +261,51 @@ def end_of_turn_split(subject: LabelsInput, self: Check):
                        "add the end-of-turn marker as a special token, or use the chat template made for this tokenizer",
                        result.template.location if result.template else None,
                        examples=indices, spans=spans)
+
+
+@check("SD606", "thought-training-mismatch", Severity.WARNING, input=LabelsInput)
+def thought_training_mismatch(subject: LabelsInput, self: Check):
+    """Reasoning rows train a thought without its close marker, or keep earlier turns' thoughts the template drops.
+
+    What it checks:
+    On a model whose template frames a thought (`<think>…</think>`), every thought in the rendered
+    training examples (from `reasoning_content` in an assistant message, or written in its content):
+    is its close marker trained when its text is (`full`, `pad-id`, `assistant-only` and
+    `completion-only` masks; Axolotl's are not judged here), and does a thought of an earlier turn
+    (one a later user turn follows) stay in the text when the model's template drops earlier
+    thoughts at inference.
+
+    Why it matters:
+    A model trained on thoughts whose `</think>` is masked learns to think and never to stop
+    thinking: replies end in the budget inside the thought. Earlier-turn thoughts the template
+    strips at inference (Qwen3, DeepSeek-R1) are a train/inference mismatch: the model learns from
+    histories it never sees when served, and multi-turn replies drift.
+
+    Example:
+    A training template whose `{% generation %}` block starts after `<think>` … `</think>` is written
+    but covers the thought and not its close; or a dataset rendered with a template that keeps every
+    turn's `<think>` for Qwen3, whose template keeps only the last.
+
+    Fix:
+    Put the close marker inside the trained span (move `{% generation %}` to cover `</think>`);
+    render training rows with the model's own template, or strip earlier turns' thoughts as it does.
+    """
+    analysis, result = subject.analysis, subject.labels
+    reasoning = analysis.reasoning
+    if reasoning.style != "think-tags":
+        return
+    where = result.template.location if result.template else None
+    untrained = result.thought_examples("close_untrained")
+    if untrained:
+        shown = ", ".join(str(i) for i in untrained[:_SHOWN_INDICES]) + (", …" if len(untrained) > _SHOWN_INDICES else "")
+        yield self.finding(f"{reasoning.close} is masked after a trained thought in {len(untrained)} example(s) "
+                           f"(examples {shown}): the model learns to think and never to close the thought",
+                           f"train the close marker with the thought (a {{% generation %}} block that covers {reasoning.close})",
+                           where, Severity.ERROR, examples=untrained)
+    kept = result.thought_examples("earlier_kept")
+    if kept and reasoning.history_stripped:
+        shown = ", ".join(str(i) for i in kept[:_SHOWN_INDICES]) + (", …" if len(kept) > _SHOWN_INDICES else "")
+        yield self.finding(f"earlier turns keep their {reasoning.open}…{reasoning.close} thoughts in {len(kept)} example(s) "
+                           f"(examples {shown}), but the model's template drops them at inference: a train/inference mismatch",
+                           "render the rows with the model's own template, or strip earlier turns' thoughts as it does",
+                           where, examples=kept)

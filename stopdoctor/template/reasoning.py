@@ -76,6 +76,8 @@ class ReasoningStructure:
     stop_texts: tuple[str, ...] = ()  # Harmony: what generation must stop on (`<|return|>`, `<|call|>`)
     channel_tokens: tuple[str, ...] = ()  # Harmony: tokens that frame a message (`<|channel|>`, `<|message|>`, `<|start|>`)
     evidence: tuple[str, ...] = field(default=())
+    disable_with: Variant | None = None  # the call that turns thinking off (what `can_disable` describes)
+    enable_with: Variant | None = None  # the call that turns it on (what `enable` describes)
 
     @property
     def is_reasoning(self) -> bool:
@@ -331,7 +333,7 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
             "think-tags", open_tag, close, prefilled=base == "open", default_on=default_on,
             can_disable=off.describe() if default_on and off is not None else None,
             enable=on.describe() if on is not None else None, history_stripped=stripped_history,
-            evidence=tuple(evidence))
+            evidence=tuple(evidence), disable_with=off if default_on and off is not None else None, enable_with=on)
     return NONE
 
 

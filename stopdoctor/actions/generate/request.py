@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.diagnose import Generation, StopCause
@@ -45,6 +45,8 @@ class Prompt:
     ids: tuple[int, ...]
     templated: bool
     messages: tuple[dict, ...] = ()
+    template_vars: tuple[tuple[str, object], ...] = ()  # extra template variables (a thinking switch)
+    thinking: str = "default"  # the thinking mode the prompt was rendered for: "on", "off" or "default"
 
 
 @dataclass(frozen=True)
@@ -124,11 +126,12 @@ def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], st
 
 
 def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, prompt: str | None = None,
-                 raw: bool = False) -> Prompt:
+                 raw: bool = False, thinking: Any = None) -> Prompt:
     """Templated (the default): messages through the model's chat template with the generation
     prompt, encoded without adding special tokens (the template writes them), as
     apply_chat_template does. Raw: the text as a completion endpoint takes it, with BOS added when
-    the model's files ask for it."""
+    the model's files ask for it. `thinking`: a `stopdoctor.analysis.reasoning_run.ThinkingCall`
+    (the template's thinking switch: extra variables, or a flag in the system message)."""
     tokenizer = facts.vocab.tokenizer()
     if raw:
         if prompt is None:
@@ -146,9 +149,24 @@ def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, promp
     if template is None:
         raise InputError("this model has no chat template, so messages cannot be rendered",
                          hint="use --prompt TEXT --raw for a plain completion")
-    text = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=facts.special_token_texts())
+    extra: tuple[tuple[str, object], ...] = ()
+    mode = "default"
+    if thinking is not None:
+        mode, extra = thinking.mode, thinking.variant.extra
+        messages = _with_system_flag(messages, thinking.variant.system_flag)
+    text = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=facts.special_token_texts(),
+                       extra=dict(extra) or None)
     ids = tokenizer.encode(text, add_special_tokens=False).ids
-    return Prompt(text, tuple(ids), True, tuple(messages))
+    return Prompt(text, tuple(ids), True, tuple(messages), extra, mode)
+
+
+def _with_system_flag(messages: list[dict], flag: str | None) -> list[dict]:
+    """`/no_think`-style switches: the flag ends the system message (one is added when none)."""
+    if flag is None:
+        return messages
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": f"{messages[0]['content']} {flag}".strip()}, *messages[1:]]
+    return [{"role": "system", "content": flag}, *messages]
 
 
 def read_messages(path: Path) -> list[dict]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis, analyze
+from stopdoctor.analysis.reasoning_run import reasoning_outcome
 from stopdoctor.analysis.diagnose import FINISH_STOP, Diagnosis, Generation, TurnEnder, diagnose, turn_enders, turn_headers
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location
@@ -33,6 +34,7 @@ class GenerateResult:
     generation: Generation
     diagnosis: Diagnosis
     enders: dict[int, TurnEnder]
+    reasoning: Any = None  # stopdoctor.analysis.reasoning_run.ReasoningOutcome on a reasoning template
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,10 @@ def run_generate(context: ModelContext, engine: Engine, prompt: Prompt, stops: S
     enders = turn_enders(context.analysis)
     diagnosis = diagnose(generation, enders, stops.id_list, turn_headers(context.analysis),
                          context.facts.vocab.special_tokens)
-    return GenerateResult(context.facts.source.spec, engine.name, engine.device, request, generation, diagnosis, enders)
+    end_texts = tuple(e.text for e in context.analysis.end_of_turn)
+    thought = reasoning_outcome(context.analysis.reasoning, generation, prompt.thinking, end_texts)
+    return GenerateResult(context.facts.source.spec, engine.name, engine.device, request, generation, diagnosis, enders,
+                          thought)
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class ServerEngine:
             body["stop_token_ids"] = stops.id_list  # a vLLM extension; others may reject it
         if route == "chat":
             body["messages"] = list(prompt.messages) or [{"role": "user", "content": prompt.text}]
+            if prompt.template_vars:  # a thinking switch: vLLM, SGLang and llama.cpp read chat_template_kwargs
+                body["chat_template_kwargs"] = dict(prompt.template_vars)
             path = "/chat/completions"
         elif route == "completions":
             body["prompt"] = prompt.text  # already templated when it came from messages
@@ -109,9 +111,11 @@ class ServerEngine:
             except ServerRejected as again:
                 raise InputError(f"the server refused the request (HTTP {again.code}): {again.detail}") from None
         choice = _first_choice(reply)
+        reasoning: tuple[str, str] | None = None
         if route == "chat":
             message = choice.get("message")
             text = message.get("content") if isinstance(message, dict) else None
+            reasoning = _reasoning_field(message)
         else:
             text = choice.get("text")
         if text is not None and not isinstance(text, str):
@@ -126,9 +130,22 @@ class ServerEngine:
             "sent": {k: body[k] for k in ("stop", "stop_token_ids") if k in body},
             "rejected_fields": rejected,
         }
+        if reasoning is not None:  # the server's reasoning parser split the thought out of content
+            server["reasoning_field"], server["reasoning"] = reasoning
         usage = reply.get("usage") or {}
         return Generation(finish if finish in (FINISH_STOP, FINISH_LENGTH) else cause.finish_reason, cause, text, (),
                           prompt.text, usage.get("prompt_tokens"), server)
+
+
+def _reasoning_field(message: Any) -> tuple[str, str] | None:
+    """(field name, thought) from a chat message's `reasoning_content` / `reasoning`, or None."""
+    if not isinstance(message, dict):
+        return None
+    for name in ("reasoning_content", "reasoning"):
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            return name, value
+    return None
 
 
 class ServerRejected(Exception):

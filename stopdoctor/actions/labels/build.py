@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import replace
 from collections.abc import Callable, Iterable
 
 from stopdoctor.analysis.core import Analysis
@@ -27,6 +28,7 @@ from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.template.render import ChatRenderer
 from stopdoctor.actions.labels.collators import axolotl_ids, bytes_bound_tokens, judge_in_text, must_tokenize, tokenize_and_label
 from stopdoctor.actions.labels.prepare import prepare_example
+from stopdoctor.actions.labels.thoughts import judge_thoughts
 from stopdoctor.actions.labels.result import COLLATORS, LabelSettings, LabelsResult
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' and TRL's test
@@ -86,7 +88,13 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Exam
                   for p in prepared]
         slow = [p for p, j in zip(prepared, judged) if j is None]
         tokenized = iter(tokenize_and_label(slow, tokenizer, settings, pad_id, end_ids, result))
-        result.examples.extend(j if j is not None else next(tokenized) for j in judged)
+        labelled = [j if j is not None else next(tokenized) for j in judged]
+        user_header = analysis.turn_headers.get("user")
+        for index, p in enumerate(prepared):
+            thoughts = judge_thoughts(p, analysis.reasoning, user_header)
+            if thoughts is not None:
+                labelled[index] = replace(labelled[index], thoughts=thoughts)
+        result.examples.extend(labelled)
         done += len(chunk)
         if progress is not None:
             progress(done, max(done, total))

@@ -85,6 +85,7 @@ class LabelledExample:
     unlocated: int = 0  # assistant messages whose content the template does not write verbatim
     line: int = 0  # in the data file
     dropped: bool = False  # the trainer leaves it out at --max-length (see `_dropped`): no spans judged
+    thoughts: Any = None  # stopdoctor.actions.labels.thoughts.ThoughtVerdict: its reasoning, when it holds some
 
     @property
     def tokenized(self) -> bool:
@@ -144,6 +145,10 @@ class LabelsResult:
     @property
     def collators(self) -> list[str]:
         return sorted({e.collator for e in self.examples})
+
+    def thought_examples(self, what: str) -> list[int]:
+        """Examples with a thought verdict whose `what` ("close_untrained", "earlier_kept") is not 0."""
+        return [e.index for e in self.examples if e.thoughts is not None and getattr(e.thoughts, what)]
 
     def token_text(self, token_id: int) -> str:
         return self.facts.vocab.text_of(token_id) or f"<id {token_id}>"
