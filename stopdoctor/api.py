@@ -124,13 +124,19 @@ def logs_findings(report: Any) -> list[Finding]:
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
-                      settings: Any = None, on_progress: Callable[[float], None] | None = None) -> LogsResult:
-    """`stopdoctor logs`: read response logs (DuckDB, imported lazily) and check them."""
+                      settings: Any = None, on_progress: Callable[[float], None] | None = None,
+                      engine: str = "duckdb") -> LogsResult:
+    """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
     from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
     vocabulary = model_vocabulary(model, revision) if model else None
-    report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
+    if engine == "spark":
+        from stopdoctor.actions.logs.spark import analyze_logs_spark
+
+        report = analyze_logs_spark(paths, vocabulary, settings or LogsSettings())
+    else:
+        report = analyze_logs(paths, vocabulary, settings or LogsSettings(), on_progress)
     return LogsResult(report, logs_findings(report))
 
 

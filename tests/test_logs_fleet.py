@@ -234,3 +234,32 @@ def test_the_html_report_renders_in_headless_chromium(tmp_path):
     assert (width, height) == (800, 1200)
     assert len(pixels) > 5, "blank screenshot"
     assert any(p[0] > 150 and p[1] < 80 and p[2] < 80 for p in pixels), "no red at-budget bar on the screenshot"
+
+
+# --------------------------------------------------------------------------------------------
+# The two-level read (a line's key group, then only the paths it can have)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sample", [1, 20_000])
+def test_the_two_level_read_gives_exactly_the_records_of_reading_every_path(sample):
+    """Groups change the speed, never a record: on every fixture, the query reading only each
+    line's group's paths gives the same rows as the query reading every path (with groups sampled
+    from one line, the other lines go through the every-path branch)."""
+    import duckdb
+
+    from stopdoctor.actions.logs.groups import sample_groups
+    from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
+    from stopdoctor.actions.logs.sql import source_sql
+    from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
+
+    vocabulary = builtin_vocabulary()
+    files = sorted(SHAPES.glob("*.jsonl")) + [LIES, ROOT / "fixtures" / "logs" / "responses.jsonl"]
+    con = duckdb.connect()
+    for path in files:
+        source = source_sql(str(path))
+        groups = sample_groups(con, source, prepared_lines, lines=sample)
+        assert groups
+        every = con.execute(f"SELECT * FROM ({normalise_sql(source, vocabulary)}) ORDER BY ALL").fetchall()
+        grouped = con.execute(f"SELECT * FROM ({normalise_sql(source, vocabulary, groups=groups)}) ORDER BY ALL").fetchall()
+        assert grouped == every, path.name

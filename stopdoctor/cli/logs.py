@@ -88,6 +88,9 @@ def logs(
     html: Annotated[str | None, typer.Option(
         "--html", metavar="FILE", help="Also write the report with its charts as one self-contained HTML page.",
         show_default=False)] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="duckdb (embedded) or spark (pyspark: a local[2] session, or the cluster under spark-submit; "
+        "OpenAI chat/completions, Ollama, TGI and llama.cpp lines).")] = "duckdb",
     show_sql: Annotated[bool, typer.Option(
         "--show-sql", help="Print the query that normalises each file (DuckDB SQL, to run elsewhere) and exit.")] = False,
     revision: RevisionOpt = None,
@@ -103,6 +106,8 @@ def logs(
     from stopdoctor.core.errors import InputError
     from stopdoctor.api import analyze_log_files, logs_report, logs_settings, logs_sql
 
+    if engine not in ("duckdb", "spark"):
+        raise InputError(f"--engine must be duckdb or spark, not {engine!r}")
     if examples < 0 or examples > 1000:
         raise InputError("--examples must be between 0 and 1000")
     settings = logs_settings(field,
@@ -113,7 +118,7 @@ def logs(
         return 0
 
     with _Progress(files) as progress:
-        result = analyze_log_files(files, model, revision, settings, progress.callback)
+        result = analyze_log_files(files, model, revision, settings, progress.callback, engine)
     report = logs_report(result, files, threshold)
     if html:
         from pathlib import Path

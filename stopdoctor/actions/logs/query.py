@@ -27,7 +27,8 @@ from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError, require_file
-from stopdoctor.actions.logs.records import normalise_sql, streams_sql
+from stopdoctor.actions.logs.groups import sample_groups
+from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import charts, lie_problems
 from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, source_sql, sql_string
@@ -75,10 +76,21 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     vocabulary = vocabulary or builtin_vocabulary()
     con, _ = _connect()
     try:
-        return "".join(f"-- {path}\n{normalise_sql(source_sql(path, con), vocabulary, settings.overrides).strip()};\n\n"
-                       for path in paths)
+        out = []
+        for path in paths:
+            source = source_sql(path, con)
+            query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
+            out.append(f"-- {path}\n{query.strip()};\n\n")
+        return "".join(out)
     finally:
         con.close()
+
+
+def _key_groups(con, source: str, settings: LogsSettings) -> dict[str, frozenset[str]]:
+    """The key groups of a file's first lines (`actions.logs.groups`); none for a custom log."""
+    if settings.overrides:
+        return {}
+    return sample_groups(con, source, prepared_lines)
 
 
 def parse_field_overrides(values: Sequence[str]) -> dict[str, str]:
@@ -167,7 +179,7 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 # runs on every core: numbering in the same pipeline would keep it on one.
                 _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                 source = "lines"
-            query = normalise_sql(source, vocabulary, settings.overrides)
+            query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
             _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
                  progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
             con.execute("DROP TABLE IF EXISTS lines")
@@ -182,7 +194,20 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
         except duckdb.Error as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
-    report = _summarise(con, paths, vocabulary, settings, line_counts)
+    return records_report(con, paths, vocabulary, settings, line_counts, started)
+
+
+def open_records():
+    """A DuckDB connection (bounded memory) with the empty records table `rec` the report reads."""
+    con, _ = _connect()
+    con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
+    return con
+
+
+def records_report(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings, lines: int,
+                   started: float) -> LogsReport:
+    """The report from the records table `rec` (closes `con`); exit 2 when no line was a response."""
+    report = _summarise(con, paths, vocabulary, settings, lines)
     con.close()
     if not report.responses:
         raise InputError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stopdoctor.actions.logs.shapes import FAMILY_FIELDS, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
+from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 
@@ -27,21 +28,29 @@ REASONING_SHARE = 0.9  # reasoning tokens of the output tokens, for reasoning-co
 TAIL = 120  # characters of an answer's end kept for examples
 
 
+# A path a key group cannot have. DuckDB folds it away; an array helper given it returns it as it
+# is (a folded NULL as a lambda's list does not bind).
+_NULL = "CAST(NULL AS VARCHAR)"
+
+
 class _Lookups:
     """The flat list of JSON paths read from each line in one parse; `ref` is a path's place."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: frozenset[str] | None = None) -> None:
         self.paths: list[str] = []
+        self.group = group  # a key group's anchors (`actions.logs.groups`): paths it cannot have are NULL
 
     def ref(self, path: str) -> str:
+        if self.group is not None and not kept(path, self.group):
+            return _NULL
         if path not in self.paths:
             self.paths.append(path)
         return f"v[{self.paths.index(path) + 1}]"
 
     def first(self, paths) -> str:
-        refs = list(dict.fromkeys(self.ref(p) for p in paths))
+        refs = [r for r in dict.fromkeys(self.ref(p) for p in paths) if r != _NULL]
         if not refs:
-            return "NULL"
+            return _NULL
         return refs[0] if len(refs) == 1 else f"coalesce({', '.join(refs)})"
 
 
@@ -62,10 +71,11 @@ def _choice0(lookups: _Lookups, table: Mapping[str, tuple[str, ...]], array: str
 
 def _array_of(lookups: _Lookups, family: str, probe: str, array: str) -> str:
     """The elements of `array` (JSON list) under the root where `probe` was found: read again."""
-    whens = [f"WHEN {_family_probe(lookups, root, family, probe)} IS NOT NULL THEN json_extract(line, "
-             f"{sql_string(_under(root, array) + '[*]')})"
-             for root, families in RESPONSE_ROOTS if family in families]
-    return "CASE " + " ".join(whens) + " END"
+    probes = [(_family_probe(lookups, root, family, probe), root) for root, families in RESPONSE_ROOTS
+              if family in families]
+    whens = [f"WHEN {ref} IS NOT NULL THEN json_extract(line, {sql_string(_under(root, array) + '[*]')})"
+             for ref, root in probes if ref != _NULL]
+    return "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS JSON[])"
 
 
 def _family_probe(lookups: _Lookups, root: str, family: str, field: str) -> str:
@@ -83,6 +93,8 @@ def _join(items: str) -> str:
 
 def _gemini_parts(parts: str, thought: bool) -> str:
     test = "=" if thought else "<>"
+    if parts == _NULL:
+        return _NULL
     return (f"CASE WHEN {parts} IS NOT NULL THEN " + _join(
         f"list_transform(list_filter(json_extract({parts}, '$[*]'), lambda p: "
         f"coalesce(json_extract_string(p, '$.thought'), 'false') {test} 'true'), "
@@ -90,10 +102,14 @@ def _gemini_parts(parts: str, thought: bool) -> str:
 
 
 def _blocks(content: str, path: str) -> str:
+    if content == _NULL:
+        return _NULL
     return f"CASE WHEN {content} IS NOT NULL THEN {_join(f'json_extract_string({content}, {sql_string(path)})')} END"
 
 
 def _responses_items(output: str, kind: str, path: str) -> str:
+    if output == _NULL:
+        return _NULL
     return (f"CASE WHEN {output} IS NOT NULL THEN " + _join(
         f"list_transform(list_filter(json_extract({output}, '$[*]'), lambda o: json_extract_string(o, '$.type') = "
         f"{sql_string(kind)}), lambda o: {_join(f'json_extract_string(o, {sql_string(path)})')})") + " END")
@@ -171,26 +187,29 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
               f"WHEN 'llama.cpp' THEN coalesce({fam('server', 'llamacpp_finish')}, CASE {stopped_limit} "
               "WHEN 'true' THEN 'limit' WHEN 'false' THEN 'stop' END) "
               f"ELSE {oc('finish')} END")
-    hint = (f"CASE WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
-            f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) "
-            "THEN 'tool_calls' "
-            f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
-            "THEN 'tool_calls' END")
+    hints = ([] if responses_output == _NULL else [
+        f"WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
+        f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) THEN 'tool_calls'"]
+    ) + ([] if parts == _NULL else [
+        f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
+        "THEN 'tool_calls'"])
+    hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
+    # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp):
+    # the same branches serve the Spark engine (`actions.logs.spark`), which reads only these.
+    scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
+                   f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
+                   f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
+                   f"ELSE coalesce({oc('text')}, {fam('server', 'llamacpp_text')})")
+    scalar_reasoning = f"WHEN 'ollama' THEN {fam('server', 'ollama_reasoning')} ELSE {oc('reasoning')}"
     text = (f"CASE kind WHEN 'openai-responses' THEN {_responses_items(responses_output, 'message', '$.content[*].text')} "
             f"WHEN 'anthropic' THEN {_blocks(content, '$[*].text')} "
             f"WHEN 'bedrock-converse' THEN {_blocks(bedrock_content, '$[*].text')} "
-            f"WHEN 'gemini' THEN {_gemini_parts(parts, False)} "
-            f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
-            f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
-            f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
-            f"ELSE coalesce({oc('text')}, {fam('server', 'llamacpp_text')}) END")
+            f"WHEN 'gemini' THEN {_gemini_parts(parts, False)} {scalar_text} END")
     reasoning = (f"CASE kind WHEN 'openai-responses' THEN nullif({_responses_items(responses_output, 'reasoning', '$.summary[*].text')} "
                  f"|| {_responses_items(responses_output, 'reasoning', '$.content[*].text')}, '') "
                  f"WHEN 'anthropic' THEN nullif({_blocks(content, '$[*].thinking')}, '') "
                  f"WHEN 'bedrock-converse' THEN nullif({_blocks(bedrock_content, '$[*].reasoningContent.reasoningText.text')}, '') "
-                 f"WHEN 'gemini' THEN nullif({_gemini_parts(parts, True)}, '') "
-                 f"WHEN 'ollama' THEN {fam('server', 'ollama_reasoning')} "
-                 f"ELSE {oc('reasoning')} END")
+                 f"WHEN 'gemini' THEN nullif({_gemini_parts(parts, True)}, '') {scalar_reasoning} END")
     families = ("openai", "responses", "anthropic", "bedrock", "server")
     output_tokens = lk.first(_under(r, s) for r, fs in RESPONSE_ROOTS for f in families if f in fs
                              for s in FAMILY_FIELDS[f].get("output_tokens", ()))
@@ -206,6 +225,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
              f"{_family(lk, 'gemini', 'second_candidate')} IS NOT NULL AND kind = 'gemini'")
     fields = {
         "kind": kind, "finish_raw": finish, "finish_hint": hint, "text": text, "reasoning": reasoning,
+        "scalar_text": f"CASE kind {scalar_text} END", "scalar_reasoning": f"CASE kind {scalar_reasoning} END",
         "model": model,
         "max_tokens": f"coalesce({request('max_tokens')}, {fam('responses', 'max_tokens')})",
         "output_tokens": f"CASE WHEN kind = 'gemini' THEN {gemini_out} ELSE {_int(output_tokens)} END",
@@ -281,16 +301,19 @@ def _otel_list(lk: _Lookups) -> str:
         return lk.first(f'{root}."{OTEL[key]}"' for root in OTEL_FLAT_ROOTS)
 
     def reasons(array_or_text: str) -> str:
+        if array_or_text == _NULL:
+            return "CAST([] AS VARCHAR[])"
         return (f"CASE WHEN {array_or_text} IS NULL THEN [] WHEN starts_with(ltrim({array_or_text}), '[') "
                 f"THEN json_extract_string({array_or_text}, '$[*]') ELSE [{array_or_text}] END")
 
     def answers(get, reason_list: str, start: str) -> str:
         listed = f"CASE WHEN len({reason_list}) > 0 THEN {reason_list} ELSE [{get('error_type')}] END"
-        text = _join(f"list_transform(list_filter(json_extract(json_extract({get('output_messages')}, '$[*]')[i], '$.parts[*]'), "
+        messages = get("output_messages")
+        text = _NULL if messages == _NULL else _join(f"list_transform(list_filter(json_extract(json_extract({get('output_messages')}, '$[*]')[i], '$.parts[*]'), "
                      "lambda p: json_extract_string(p, '$.type') = 'text'), lambda p: json_extract_string(p, '$.content'))")
         one = _answer({"choice": "i - 1", "kind": "kind", "finish_raw": "r",
                        "finish_hint": f"CASE WHEN len({reason_list}) = 0 AND r IS NOT NULL THEN 'error' END",
-                       "text": f"CASE WHEN {get('output_messages')} IS NOT NULL THEN {text} END",
+                       "text": text if messages == _NULL else f"CASE WHEN {messages} IS NOT NULL THEN {text} END",
                        "model": f"coalesce({get('response_model')}, {get('request_model')})",
                        "max_tokens": get("max_tokens"), "output_tokens": _int(get("output_tokens")),
                        "reasoning_tokens": _int(get("reasoning_tokens")), "ts": _timestamp(start),
@@ -313,53 +336,87 @@ def created_expr(lk: _Lookups) -> str:
     return lk.first(list(LINE_TIMESTAMPS) + ['$."startTimeUnixNano"'])
 
 
-def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[str, str] | None = None) -> str:
+def prepared_lines(relation: str) -> str:
+    """`relation`'s lines (`line_no`, `line`) with an SSE `data: ` prefix taken off."""
+    return ("(SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line "
+            f"FROM {relation})")
+
+
+def _branch(group: frozenset[str] | None, overrides: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The per-line expressions reading only the paths a key group can have (every path: None),
+    and, for a custom log (`--field`), the query that marks its answers."""
+    lk = _Lookups(group)
+    fields = _line_fields(lk, overrides)
+    kind = fields.pop("kind")
+    custom = None
+    if fields.pop("custom_kind", None):  # a custom log: every line with a mapped finish reason or text is one answer
+        many = "NULL"
+        custom = (f"SELECT * REPLACE (CASE WHEN v IS NOT NULL AND ({fields['finish_raw']} IS NOT NULL OR "
+                  f"{fields['text']} IS NOT NULL) THEN 'custom' END AS kind) FROM kinded")
+        arrays = {"openai_choices": "NULL", "gemini_candidates": "NULL"}
+    else:
+        many = (f"CASE WHEN kind IN ('otlp', 'otel') THEN {_otel_list(lk)} WHEN {fields['multi_choice']} THEN "
+                f"{_choices_list(fields)} END")
+        arrays = {name: fields[name] for name in ("openai_choices", "gemini_candidates")}
+    one = _answer({**fields, "kind": "kind"})
+    v = (f"json_extract_string(line, [{', '.join(sql_string(p) for p in lk.paths)}])" if lk.paths
+         else "CAST([] AS VARCHAR[])")
+    return {"v": v, "kind": kind, "many": many, "one": one, **arrays}, custom
+
+
+def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[str, str] | None = None,
+                  groups: Mapping[str, frozenset[str]] | None = None) -> str:
     """The query: from `source` (a relation with `line_no` and `line`, one log line of JSON text
     each) to one row per answer (derived flags computed, `derived_sql`), one row per line that
     holds none (blank, bad, or JSON without a response), and, for a streamed response, one row
     per chunk (kind `openai-chat-stream`, raw fields kept) that `streams_sql` then groups into
-    one answer. One pass over the lines; DuckDB SQL only, no Python in the loop."""
+    one answer. One pass over the lines; DuckDB SQL only, no Python in the loop.
+
+    With `groups` (`actions.logs.groups.sample_groups`; not with a custom log), a line of one of
+    them reads only the paths its group can have; every other line reads them all."""
     overrides = dict(overrides or {})
-    lk = _Lookups()
-    fields = _line_fields(lk, overrides)
-    kind = fields.pop("kind")
-    custom_kind = fields.pop("custom_kind", None)
-    if custom_kind:  # a custom log: every line with a mapped finish reason or text is one answer
-        many = "NULL"
-        custom = (f"SELECT * REPLACE (CASE WHEN v IS NOT NULL AND ({fields['finish_raw']} IS NOT NULL OR "
-                  f"{fields['text']} IS NOT NULL) THEN 'custom' END AS kind) FROM kinded")
-    else:
-        many = (f"CASE WHEN kind IN ('otlp', 'otel') THEN {_otel_list(lk)} WHEN {fields['multi_choice']} THEN "
-                f"{_choices_list(fields)} END")
-        custom = "SELECT * FROM kinded"
-    one = _answer({**fields, "kind": "kind"})
-    path_list = "[" + ", ".join(sql_string(p) for p in lk.paths) + "]"
-    arrays = ", ".join(f"{fields[name]} AS {name}" for name in ("openai_choices", "gemini_candidates")) if not custom_kind \
-        else "NULL AS openai_choices, NULL AS gemini_candidates"
+    full, custom = _branch(None, overrides)
+    branches = {g: _branch(anchors, overrides)[0] for g, anchors in ({} if custom else groups or {}).items()}
+
+    def by_group(name: str) -> str:
+        if not branches:
+            return full[name]
+        return ("CASE grp " + " ".join(f"WHEN {sql_string(g)} THEN {b[name]}" for g, b in branches.items())
+                + f" ELSE {full[name]} END")
+
+    group = group_sql("line") if branches else "''"
+    arrays = ", ".join(f"{by_group(name)} AS {name}" for name in ("openai_choices", "gemini_candidates"))
     answer_columns = ", ".join(f"a.{name} AS {name}" for name in _ANSWER)
     return f"""
-WITH parsed AS (
+WITH grouped AS (
     SELECT line_no, line,
            line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') AS blank,
-           CASE WHEN json_valid(line) THEN json_extract_string(line, {path_list}) END AS v
-    FROM (SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line
-          FROM {source})
+           CASE WHEN json_valid(line) THEN {group} END AS grp
+    FROM {prepared_lines(source)}
+), parsed AS (
+    SELECT line_no, line, blank, grp, CASE WHEN grp IS NOT NULL THEN {by_group('v')} END AS v FROM grouped
 ), kinded AS (
-    SELECT *, {kind} AS kind FROM parsed
+    SELECT *, {by_group('kind')} AS kind FROM parsed
 ), listed AS (
-    SELECT *, {many} AS many FROM (SELECT *, {arrays} FROM ({custom}))
+    SELECT *, {by_group('many')} AS many FROM (SELECT *, {arrays} FROM ({custom or 'SELECT * FROM kinded'}))
 ), answers AS (
     -- one row per answer; a line with none (blank, bad, JSON without a response, an OTLP line
     -- without a generation span) is one row with no shape
     SELECT line_no, blank, v IS NULL AND NOT blank AS bad,
            unnest(CASE WHEN kind IS NULL THEN [NULL] WHEN len(many) > 0 THEN many WHEN many IS NOT NULL THEN [NULL]
-                       ELSE [{one}] END) AS a
+                       ELSE [{by_group('one')}] END) AS a
     FROM listed
 ), flat AS (
     SELECT line_no, blank, bad, {answer_columns} FROM answers
 )
 {_stored(derived_sql('flat', vocabulary))}
 """
+
+
+def answers_sql(relation: str, vocabulary: TurnVocabulary) -> str:
+    """The records of `relation`'s answers (its columns those of one answer, as `normalise_sql`'s
+    `flat`): what the Spark engine's rows are turned into on the driver."""
+    return _stored(derived_sql(relation, vocabulary))
 
 
 def _stored(derived: str) -> str:
@@ -440,3 +497,18 @@ FROM scored
 
 
 _SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""
+
+
+# What the Spark engine (`actions.logs.spark`) reads per line: every field of a one-answer line of
+# a scalar shape, as SQL over `v` (the values of `paths`, 1-based) that Spark runs too.
+SCALAR_FIELDS = ("kind", "finish_raw", "model", "max_tokens", "output_tokens", "reasoning_tokens", "stop_reason",
+                 "multi_choice", "scalar_text", "scalar_reasoning")
+
+
+def scalar_line_sql() -> tuple[list[str], dict[str, str]]:
+    """The JSON paths read from a line and, per field of `SCALAR_FIELDS`, its expression: the very
+    expressions `normalise_sql` uses (the shape detected over every shape, so the Spark engine can
+    refuse the shapes it does not read)."""
+    lk = _Lookups()
+    fields = _line_fields(lk, {})
+    return list(lk.paths), {name: fields[name] for name in SCALAR_FIELDS}
