@@ -91,6 +91,11 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
 
 def render_inspect_json(result: InspectResult) -> str:
     document = inspect_document(result)
+    from stopdoctor.reporters.sampling_text import sampling_document
+
+    document["sampling"] = sampling_document(result.facts)
+    if result.original is not None:
+        document["against"] = result.original.facts.source.spec
     if result.weights is not None:
         from stopdoctor.reporters.weights_text import weights_document
 
