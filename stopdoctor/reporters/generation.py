@@ -87,6 +87,8 @@ def generation_document(result: GenerateResult, fix: Any = None, evidence: Any =
         doc["stop_evidence"] = _evidence(evidence)
     if g.server is not None:
         doc["server"] = g.server
+        if "stream" in g.server:
+            doc["stream"] = g.server["stream"]
     return doc
 
 
@@ -150,6 +152,12 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         if server.get("rejected_fields"):
             out.print(f"  [yellow]note[/]      the server rejected {escape(', '.join(server['rejected_fields']))}: "
                       "it does not stop on those ids; sent without them")
+        stream = server.get("stream")
+        if stream is not None:
+            state = "[green]same text as the answer[/]" if not stream["issues"] else "[red]differs from the answer[/]"
+            out.print(f"  stream    {stream['chunks']} chunks, finish_reason={escape(str(stream['finish_reason']))}: {state}")
+            for issue in stream["issues"]:
+                out.print(f"    [red]{issue['kind']}[/]  {escape(issue['detail'])}")
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
