@@ -97,3 +97,19 @@ def test_gguf_against_its_hf_original_counts_only_keys_a_gguf_holds(real_models,
 def test_against_a_missing_original_is_one_line_exit_2(real_models):
     run = cli("inspect", str(real_models.smollm2_hf), "--against", "/nonexistent/model-folder")
     assert run.code == 2 and len(run.stderr.strip().splitlines()) <= 2
+
+
+def test_a_modelfile_and_a_request_body_are_sources(original, tmp_path):
+    from stopdoctor.facts.serving import load_serving
+
+    facts = load_model(str(original))
+    modelfile = tmp_path / "Modelfile"
+    modelfile.write_text("FROM ./model.gguf\nPARAMETER temperature 0.2\nPARAMETER repeat_penalty 1.3\n")
+    rows = {r.runtime: r for r in effective_sampling(facts, load_serving(modelfile, "ollama"))}
+    assert rows["ollama"].get("temperature").value == 0.2 and not rows["ollama"].get("temperature").default
+    assert rows["ollama"].get("repetition_penalty").value == 1.3 and rows["ollama"].get("top_k").default
+    assert rows["vllm"].get("temperature").value == 0.6  # a Modelfile is Ollama's only
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "m", "messages": [], "temperature": 0}))
+    rows = {r.runtime: r for r in effective_sampling(facts, load_serving(request, "request"))}
+    assert all(r.greedy and r.get("temperature").source == "request.json temperature" for r in rows.values())
