@@ -29,7 +29,7 @@ from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.analysis.weights import WeightsReport, analyze_weights
-from stopdoctor.rules.inputs import ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
+from stopdoctor.rules.inputs import ComparisonInput, ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 from stopdoctor.rules.registry import Check
 from stopdoctor.rules.runner import REGISTRY, find, rules_for, run_rules
@@ -52,14 +52,22 @@ def model_findings(analysis: Analysis) -> list[Finding]:
     return _located(analysis.facts, run_rules(analysis))
 
 
-def inspect_model(spec: str, revision: str | None = None, weights: bool = False) -> InspectResult:
+def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
+                  against: str | None = None) -> InspectResult:
     """`stopdoctor inspect`: read a model's files, analyse them, run the model rules; `weights`:
-    also read the embedding/output rows that matter for stopping and run the weights rules."""
+    also read the embedding/output rows that matter for stopping and run the weights rules;
+    `against`: the original the model was converted or re-uploaded from (a spec), whose eos ids
+    and sampling keys the model should still carry (SD107, SD108)."""
     facts = load(spec, revision)
+    original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
         findings = model_findings(analysis)
-    result = InspectResult(facts.source, facts, analysis, findings)
+        if original is not None:
+            compared = analyze(original)
+            findings = sorted([*findings, *_located(facts, run_rules(ComparisonInput(analysis, compared)))],
+                              key=lambda f: (-f.severity, f.code))
+    result = InspectResult(facts.source, facts, analysis, findings, original=compared if original is not None else None)
     return with_weights(result) if weights else result
 
 
@@ -105,7 +113,8 @@ def rule_codes(kinds: Iterable[type]) -> list[str]:
 
 def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
     """The one report of an inspected model, for any reporter."""
-    kinds = [Analysis] + ([WeightsInput] if result.weights is not None else [])
+    kinds = [Analysis] + ([WeightsInput] if result.weights is not None else []) + (
+        [ComparisonInput] if result.original is not None else [])
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes(kinds)),
                       _model_files(result.source), result)
     return Report(command, [subject], fail_on)

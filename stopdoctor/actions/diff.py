@@ -12,6 +12,7 @@ Imports: core, facts, template, analysis.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
@@ -76,7 +77,7 @@ def diff_analyses(a: Analysis, b: Analysis) -> ModelDiff:
         gone, added = sorted(specials_a - specials_b), sorted(specials_b - specials_a)
         found.append(Difference("special_tokens", "special tokens", gone[:20], added[:20], None, None,
                                 bool(ends & (specials_a ^ specials_b))))
-    found += _sampling(a, b)
+    found += sampling_differences(a, b)
     found += _tokenization(a, b, ends_a or ends_b)
     return ModelDiff(a.facts.source.spec, b.facts.source.spec, tuple(found))
 
@@ -144,15 +145,22 @@ def _values(analysis: Analysis, role: str, file: str) -> tuple[list[str], str | 
     return values, ", ".join(dict.fromkeys(str(d.location) for d in declared)) or None
 
 
-def _sampling(a: Analysis, b: Analysis) -> list[Difference]:
+def sampling_differences(a: Analysis, b: Analysis) -> list[Difference]:
+    """Each sampling key whose value differs (`after` None: B does not declare it). A GGUF keeps its
+    keys as float32: 0.95 there is the same value as 0.95 in generation_config.json."""
     out = []
     for key in sorted(set(a.facts.sampling) | set(b.facts.sampling)):
         sa, sb = a.facts.sampling.get(key), b.facts.sampling.get(key)
         va, vb = (sa.value if sa else None), (sb.value if sb else None)
-        if va != vb:
+        if not _same_number(va, vb):
             out.append(Difference("sampling", key, va, vb, str(sa.location) if sa else None,
                                   str(sb.location) if sb else None, False))
     return out
+
+
+def _same_number(a: object, b: object) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) if numbers else a == b  # type: ignore[arg-type]
 
 
 def _tokenization(a: Analysis, b: Analysis, ends: list[str]) -> list[Difference]:

@@ -44,6 +44,7 @@ def generate(
     server: Annotated[str | None, typer.Option("--server", help="An OpenAI-compatible server URL (vLLM, TGI, llama.cpp, Ollama, transformers serve).")] = None,
     route: Annotated[str | None, typer.Option("--route", help="Server route: chat or completions (default: chat for templated prompts).")] = None,
     server_model: Annotated[str | None, typer.Option("--server-model", help="Model name to send to the server (default: the one it serves).")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="With --server: also stream the request and check the reassembled stream against the answer (held-back stop strings, flush at the end, split UTF-8, special-token tails).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print every step: id, token text, special or not.")] = False,
     fragment_test: Annotated[bool, typer.Option("--fragment-test", help="Quick base-vs-instruct test by behaviour.")] = False,
     thinking: Annotated[str | None, typer.Option("--thinking", metavar="on|off|both", help="A reasoning model: render the prompt with thinking on, off, or both (two runs); default: the template's default.")] = None,
@@ -71,6 +72,10 @@ def generate(
     if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
         raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
                          hint="an instruct model needs room to finish its answer before the verdict means anything")
+    if stream and server is None:
+        raise InputError("--stream needs --server URL", hint="streaming is checked on a server's answer")
+    if stream and fragment_test:
+        raise InputError("--stream checks one request; drop --fragment-test")
     if route not in (None, "chat", "completions"):
         raise InputError(f"--route {route!r}: use chat or completions")
     given = sum(x is not None and x != [] for x in (message, messages, prompt))
@@ -102,7 +107,7 @@ def generate(
         # rendered now: if the run goes to the budget, these say whether the weights can end a turn
         reference = reference_contexts(context.facts, context.analysis)
     if server is not None:
-        engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts)
+        engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts, stream=stream)
         engine.pick_model(model, context.facts.source.root)
     else:
         with working(f"loading {model} with transformers…") as status:
@@ -154,4 +159,8 @@ def _run_one(context, engine, built, stop_set, max_new_tokens, sampling, served:
             evidence = stop_evidence(context.facts, context.analysis, engine, reference)
     if evidence is not None and evidence.never_stops:
         return result, fix, evidence, 1  # a runaway the weights cause: no stop configuration ends it
+    streamed = (result.generation.server or {}).get("stream")
+    if streamed is not None and any(i["kind"] != "no-done" for i in streamed["issues"]):
+        # the client saw other text than the answer
+        return result, fix, evidence, max(1, exit_code(result.generation, result.diagnosis))
     return result, fix, evidence, exit_code(result.generation, result.diagnosis)

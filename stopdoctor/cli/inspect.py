@@ -14,14 +14,15 @@ from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, work
 @handles_errors
 def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False, fail_on: FailOnOpt = "error",
             color: ColorOpt = None, format: FormatOpt = None, output: OutputOpt = None,
-            weights: Annotated[bool, typer.Option("--weights", help="Also read the end-of-turn, eos, bos, pad and header rows of the embedding and output matrices (no torch, seconds): is the end-of-turn token trained?")] = False) -> int:
+            weights: Annotated[bool, typer.Option("--weights", help="Also read the end-of-turn, eos, bos, pad and header rows of the embedding and output matrices (no torch, seconds): is the end-of-turn token trained?")] = False,
+            against: Annotated[str | None, typer.Option("--against", metavar="ORIGINAL", help="The original model (folder, .gguf, hub id) this one was converted, quantized or re-uploaded from: flag eos ids or sampling keys it dropped.")] = None) -> int:
     """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
     threshold = parse_severity(fail_on)
     format = chosen_format(format, json)
     from stopdoctor.api import inspect_model, inspect_report
 
     with working(f"inspecting {model}…"):
-        report = inspect_report(inspect_model(model, revision, weights=weights), threshold)
+        report = inspect_report(inspect_model(model, revision, weights=weights, against=against), threshold)
     write_report(report, format, output, color)
     return report.exit_code()
 
@@ -44,7 +45,7 @@ def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A c
     if json:
         import json as json_module
 
-        from stopdoctor.reporters.inspect_json import header
+        from stopdoctor.reporters.document import header
 
         emit(json_module.dumps({**header("stopdoctor.rules/1"), "rules": [
             {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}

@@ -38,6 +38,14 @@ MAX_JSON_CONTAINERS = 2_000_000
 MAX_CARD_CHARS = 256 * 1024
 # Each declared id costs a vocabulary lookup and appears in findings; real lists hold < 10.
 MAX_DECLARED_IDS = 1024
+# The sampling keys of generation_config.json read as facts (transformers GenerationConfig names).
+HF_SAMPLING_KEYS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
+# llama.cpp's GGUF sampling keys (gguf-py/gguf/constants.py Keys.General.SAMPLING_*, llama.cpp
+# vendored by llama-cpp-python 0.3.36; gguf-py/gguf/metadata.py fills them from
+# generation_config.json at conversion) under the generation_config.json name they come from.
+GGUF_SAMPLING_KEYS = {"general.sampling.temp": "temperature", "general.sampling.top_p": "top_p",
+                      "general.sampling.top_k": "top_k", "general.sampling.min_p": "min_p",
+                      "general.sampling.penalty_repeat": "repetition_penalty"}
 # Nested configs of composite models (vision-language, encoder-decoder) that carry the text
 # model's ids; transformers' GenerationConfig.from_model_config looks at the same names.
 NESTED_TEXT_CONFIGS = ("text_config", "decoder", "generator", "language_config", "llm_config", "language")
@@ -385,7 +393,7 @@ def _read_hints(facts: ModelFacts) -> None:
         facts.names.append(Sourced(tokenizer_config["name_or_path"], Location("tokenizer_config.json", "name_or_path")))
     facts.names.append(Sourced(_spec_name(facts.source), Location("(model name)")))
     generation = docs.get("generation_config.json", {})
-    for key in ("do_sample", "temperature", "top_p", "top_k", "repetition_penalty"):
+    for key in HF_SAMPLING_KEYS:
         if key in generation:
             facts.sampling[key] = Sourced(generation[key], Location("generation_config.json", key))
     facts.add_bos = _add_bos(facts)
@@ -492,6 +500,10 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
         facts.architectures = [header.architecture]
     if header.add_bos is not None:
         facts.add_bos = Sourced(bool(header.add_bos), Location(file, "tokenizer.ggml.add_bos_token"))
+    for key, name in GGUF_SAMPLING_KEYS.items():
+        value = header.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            facts.sampling[name] = Sourced(value, Location(file, key))
     base = header.get("general.base_model.0.name")
     if isinstance(base, str):
         facts.base_model = Sourced(base, Location(file, "general.base_model.0.name"))

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.findings import Report, Subject
-from stopdoctor.reporters.inspect_json import finding as finding_document
-from stopdoctor.reporters.inspect_json import header, summary
+from stopdoctor.reporters.document import finding as finding_document
+from stopdoctor.reporters.document import header, summary
 from stopdoctor.reporters.sarif import locate, relative_uri
 
 

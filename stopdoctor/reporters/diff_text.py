@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from stopdoctor.actions.diff import ModelDiff
-from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.document import header
 
 
 def diff_document(diff: ModelDiff) -> dict[str, Any]:

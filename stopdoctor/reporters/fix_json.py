@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from stopdoctor.actions.edits import FixPlan
-from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.document import header
 
 
 def fix_document(model: str, plan: FixPlan, written: bool, exit_code: int) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from stopdoctor.actions.generate.request import StopSet
 from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import visible as _visible
-from stopdoctor.reporters.inspect_json import header
-from stopdoctor.reporters.inspect_json import location as _location
+from stopdoctor.reporters.document import header
+from stopdoctor.reporters.document import location as _location
 
 
 def _cause(cause: StopCause) -> dict[str, Any]:
@@ -87,6 +87,8 @@ def generation_document(result: GenerateResult, fix: Any = None, evidence: Any =
         doc["stop_evidence"] = _evidence(evidence)
     if g.server is not None:
         doc["server"] = g.server
+        if "stream" in g.server:
+            doc["stream"] = g.server["stream"]
     doc["reasoning"] = reasoning_document(result.reasoning)
     return doc
 
@@ -194,6 +196,12 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
         if server.get("rejected_fields"):
             out.print(f"  [yellow]note[/]      the server rejected {escape(', '.join(server['rejected_fields']))}: "
                       "it does not stop on those ids; sent without them")
+        stream = server.get("stream")
+        if stream is not None:
+            state = "[green]same text as the answer[/]" if not stream["issues"] else "[red]differs from the answer[/]"
+            out.print(f"  stream    {stream['chunks']} chunks, finish_reason={escape(str(stream['finish_reason']))}: {state}")
+            for issue in stream["issues"]:
+                out.print(f"    [red]{issue['kind']}[/]  {escape(issue['detail'])}")
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"

@@ -65,6 +65,11 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     if engines:  # one line: each engine's ids (`inspect --json` stop_ids.per_runtime has their sources)
         listed = ", ".join(f"{s.runtime} {s.ids}{'' if s.complete else '?'}" for s in engines)
         out.print(f"    {'engines':<12} [dim]{escape(listed)}[/]")
+    from stopdoctor.reporters.sampling_text import print_sampling
+
+    print_sampling(out, facts)
+    if result.original is not None:
+        out.print(f"  against   {escape(result.original.facts.source.spec)}  [dim](eos ids and sampling keys compared)[/]")
     if result.weights is not None:
         from stopdoctor.reporters.weights_text import print_weights
 

@@ -5,40 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stopdoctor import __version__
 from stopdoctor.analysis.verdict import KIND_RULE
 from stopdoctor.rules.results import InspectResult
-from stopdoctor.core.types import Location
-from stopdoctor.core.findings import Finding, Severity
+from stopdoctor.reporters.document import finding, header, location, summary
 from stopdoctor.reporters.reasoning_text import reasoning_document
-
-SCHEMA_VERSION = 1
-
-
-def header(schema: str) -> dict[str, Any]:
-    """The fields every JSON document starts with, whatever the command."""
-    return {"schema_version": SCHEMA_VERSION, "schema": schema, "tool": {"name": "stopdoctor", "version": __version__}}
-
-
-def location(loc: Location | None) -> dict[str, Any] | None:
-    return None if loc is None else {"file": loc.file, "key": loc.key, "line": loc.line}
-
-
-def finding(f: Finding) -> dict[str, Any]:
-    return {
-        "code": f.code,
-        "name": f.name,
-        "severity": f.severity.label,
-        "message": f.message,
-        "fix": f.fix,
-        "location": location(f.location),
-        "evidence": f.evidence,
-    }
-
-
-def summary(findings: list[Finding]) -> dict[str, int]:
-    return {s.label: sum(1 for f in findings if f.severity == s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
-
 
 def inspect_document(result: InspectResult) -> dict[str, Any]:
     facts, analysis = result.facts, result.analysis
@@ -91,6 +61,11 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
 
 def render_inspect_json(result: InspectResult) -> str:
     document = inspect_document(result)
+    from stopdoctor.reporters.sampling_text import sampling_document
+
+    document["sampling"] = sampling_document(result.facts)
+    if result.original is not None:
+        document["against"] = result.original.facts.source.spec
     if result.weights is not None:
         from stopdoctor.reporters.weights_text import weights_document
 

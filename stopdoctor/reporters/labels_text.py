@@ -21,7 +21,7 @@ from stopdoctor.rules.results import LabelsReport
 from stopdoctor.actions.labels.result import CAUSES, LabelledExample, LabelsResult
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings
-from stopdoctor.reporters.inspect_json import finding, header, location, summary
+from stopdoctor.reporters.document import finding, header, location, summary
 
 SCHEMA = "stopdoctor.labels/1"
 SPECIAL_STYLE = "bold magenta"

@@ -17,8 +17,8 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.logs_charts import charts_document, print_charts
 from stopdoctor.reporters.human import print_findings, visible
-from stopdoctor.reporters.inspect_json import finding as finding_document
-from stopdoctor.reporters.inspect_json import header, summary
+from stopdoctor.reporters.document import finding as finding_document
+from stopdoctor.reporters.document import header, summary
 
 FINISH_ORDER = ("stop", "length")
 MAX_LINES = 10_000  # flagged lines listed in JSON per problem; `count` is always the full number

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from stopdoctor.actions.probe import ProbeReport, StopReport
 from stopdoctor.reporters.console import capture, text_of
-from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.document import header
 from stopdoctor.reporters.prompt_text import quoted
 
 SCHEMA = "stopdoctor.probe-stop/1"

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from stopdoctor.actions.render import PromptComparison, RenderedPrompt, SpecialSpan
 from stopdoctor.reporters.console import capture, text_of
-from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.document import header
 
 SCHEMA = "stopdoctor.render/1"
 SPECIAL_STYLE = "bold magenta"

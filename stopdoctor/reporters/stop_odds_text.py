@@ -13,7 +13,7 @@ from rich.markup import escape
 from stopdoctor.actions.stop_odds import StopOdds
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import visible
-from stopdoctor.reporters.inspect_json import header
+from stopdoctor.reporters.document import header
 
 
 def stop_odds_document(odds: StopOdds) -> dict[str, Any]:

@@ -59,6 +59,14 @@ class WeightsInput:
     weights: WeightsReport
 
 
+@dataclass(frozen=True)
+class ComparisonInput:
+    """A model and the original it was converted, quantized or re-uploaded from (`inspect --against`)."""
+
+    analysis: Analysis
+    original: Analysis
+
+
 KINDS: dict[type, str] = {
     Analysis: "model",
     ServingInput: "serving",
@@ -66,4 +74,5 @@ KINDS: dict[type, str] = {
     LabelsInput: "labels",
     LogsInput: "logs",
     WeightsInput: "weights",
+    ComparisonInput: "comparison",
 }

@@ -26,6 +26,7 @@ class InspectResult:
     analysis: Analysis
     findings: list[Finding]
     weights: Any = None  # `inspect --weights`: a `stopdoctor.analysis.weights.WeightsReport`
+    original: Any = None  # `inspect --against`: the original's `Analysis`
 
     @property
     def missing_files(self) -> list[str]:

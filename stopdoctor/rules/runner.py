@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding
-from stopdoctor.rules import expect, kind, labels, logs, reasoning, serving, stops, template, weights  # noqa: F401  (registers the rules)
+from stopdoctor.rules import expect, kind, labels, logs, provenance, reasoning, serving, stops, template, weights  # noqa: F401  (registers the rules)
 from stopdoctor.rules import configured_stops, defaults, tokenizer  # noqa: F401  (registers the rules)
 from stopdoctor.rules.inputs import KINDS
 from stopdoctor.rules.registry import REGISTRY, Check, crashed

@@ -38,6 +38,7 @@ class ServerEngine:
     facts: ModelFacts | None = None
     name: str = "server"
     device: str = "server"
+    stream: bool = False  # also stream the request and compare (`actions.generate.stream`)
 
     def _base(self) -> str:
         base = self.url.rstrip("/")
@@ -132,6 +133,12 @@ class ServerEngine:
         }
         if reasoning is not None:  # the server's reasoning parser split the thought out of content
             server["reasoning_field"], server["reasoning"] = reasoning
+        if self.stream:
+            from stopdoctor.actions.generate.stream import read_stream, stream_document, stream_issues
+
+            capture = read_stream(self._base() + path, body, route == "chat", self.timeout)
+            specials = tuple(sorted(self.facts.vocab.special_tokens)) if self.facts is not None else ()
+            server["stream"] = stream_document(capture, stream_issues(capture, text, tuple(body.get("stop", ())), specials))
         usage = reply.get("usage") or {}
         return Generation(finish if finish in (FINISH_STOP, FINISH_LENGTH) else cause.finish_reason, cause, text, (),
                           prompt.text, usage.get("prompt_tokens"), server)

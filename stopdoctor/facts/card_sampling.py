@@ -1,0 +1,47 @@
+"""What a model card (README.md) recommends for sampling: "use Temperature=0.6, TopP=0.95, TopK=20,
+and MinP=0" (Qwen3), "temperature of 0.7", "repetition_penalty: 1.05". The first mention of each
+key, with its line; a number only when it follows the name closely (`=`, `:`, "of", "to").
+
+Imports: core, facts.model_facts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.core.types import Location, Sourced
+from stopdoctor.facts.model_facts import ModelFacts, load_text
+
+MAX_CARD_CHARS = 400_000
+_NAMES = {
+    "temperature": r"temperature|temp",
+    "top_p": r"top[_ -]?p",
+    "top_k": r"top[_ -]?k",
+    "min_p": r"min[_ -]?p",
+    "repetition_penalty": r"repetition[_ ]penalty|repeat[_ ]penalty",
+    "presence_penalty": r"presence[_ ]penalty",
+}
+_VALUE = r"[`*\"']?\s*(?:=|:|\bof\b|\bto\b|\bat\b)\s*[`*\"']?\s*(-?\d+(?:\.\d+)?)(?![\d.]*[a-zA-Z%])"
+_PATTERNS = {key: re.compile(rf"(?<![A-Za-z_])(?:{names})(?![A-Za-z_]){_VALUE}", re.IGNORECASE) for key, names in _NAMES.items()}
+
+
+def card_sampling(facts: ModelFacts) -> dict[str, Sourced[float]]:
+    """Key → the value the card recommends, with README.md and its line; {} without a card."""
+    path = facts.source.files.get("README.md")
+    if path is None:
+        return {}
+    try:
+        text = load_text(path, "README.md")[:MAX_CARD_CHARS]
+    except StopdoctorError:
+        return {}
+    out: dict[str, Sourced[float]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        for key, pattern in _PATTERNS.items():
+            if key in out:
+                continue
+            match = pattern.search(line)
+            if match is not None:
+                value = float(match[1])
+                out[key] = Sourced(int(value) if key == "top_k" else value, Location("README.md", None, number))
+    return out

@@ -1,0 +1,69 @@
+"""The `sampling` section of `inspect`: per runtime, the sampling it will use and where each value
+comes from (a file and key, or the runtime's default with its source), and what the model card
+recommends. Pure functions: facts in, dict or text out.
+
+Imports: core, facts, runtimes.sampling, reporters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+
+from stopdoctor.facts.card_sampling import card_sampling
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.runtimes.sampling import KEYS, RuntimeSampling, effective_sampling
+from stopdoctor.reporters.document import location
+
+SHORT = {"temperature": "temp", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+         "repetition_penalty": "rep", "presence_penalty": "presence"}
+
+
+def _value(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def sampling_document(facts: ModelFacts) -> dict[str, Any]:
+    rows = effective_sampling(facts)
+    card = card_sampling(facts)
+    return {
+        "declared": {k: {"value": _value(v.value), "location": location(facts.locate(v.location))} for k, v in facts.sampling.items()},
+        "card": {k: {"value": v.value, "location": location(v.location)} for k, v in card.items()},
+        "per_runtime": {
+            r.runtime: {
+                "greedy": r.greedy,
+                "rule": r.rule,
+                "values": {v.key: {"value": _value(v.value), "default": v.default, "source": v.source,
+                                   "location": location(facts.locate(v.location))} for v in r.values},
+            } for r in rows
+        },
+    }
+
+
+def _line(row: RuntimeSampling) -> str:
+    parts = []
+    for key in KEYS:
+        value = row.get(key)
+        if value is None or value.value is None:
+            continue
+        shown = f"{SHORT[key]} {_value(value.value)}"
+        parts.append(shown if value.default else f"[bold]{shown}[/]")
+    mode = "greedy; " if row.greedy else ""
+    return mode + ", ".join(parts)
+
+
+def print_sampling(out, facts: ModelFacts) -> None:
+    """Shown when the model declares sampling or its card recommends some: each runtime's values,
+    bold where a model file set them (the rest are the runtime's defaults)."""
+    card = card_sampling(facts)
+    if not facts.sampling and not card:
+        return
+    declared = ", ".join(f"{k} {_value(v.value)} ({v.location})" for k, v in facts.sampling.items()) or "none"
+    out.print(f"  sampling  declared: {escape(declared)}  [dim](bold below: from the model's files; the rest: runtime defaults)[/]")
+    if card:
+        listed = ", ".join(f"{k} {v.value}" for k, v in card.items())
+        line = min(v.location.line or 0 for v in card.values())
+        out.print(f"    {'card':<16} {escape(listed)} [dim](README.md:{line})[/]")
+    for row in effective_sampling(facts):
+        out.print(f"    {row.runtime:<16} {_line(row)}")
