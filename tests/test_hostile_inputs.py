@@ -102,3 +102,73 @@ def test_a_tokenizer_regex_that_panics_is_exit_2(model):
     assert run.returncode == 2, run.stderr
     assert "stopdoctor: error: a native library failed on this input" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+# --- tokenizers: special token texts with a colon or a space, the file's padding -----------------
+
+
+def colon_gguf(path: Path) -> Path:
+    """A GGUF whose bos and eos texts hold a colon and a space, both added by the tokenizer."""
+    import struct
+
+    from .test_hardening import ARRAY, STRING, UINT32, gguf, gguf_ints, gguf_str, gguf_strings
+
+    tokens = ["<b:s>", "</e s>", "<|im_start|>", "<|im_end|>", *map(chr, range(97, 123)), "Ġ", "Ċ", "ab"]
+    path.write_bytes(gguf({
+        "general.architecture": (STRING, gguf_str("llama")),
+        "tokenizer.ggml.model": (STRING, gguf_str("gpt2")),
+        "tokenizer.ggml.tokens": (ARRAY, gguf_strings(tokens)),
+        "tokenizer.ggml.token_type": (ARRAY, gguf_ints([3, 3, 3, 3] + [1] * (len(tokens) - 4))),
+        "tokenizer.ggml.merges": (ARRAY, gguf_strings(["a b"])),
+        "tokenizer.ggml.bos_token_id": (UINT32, struct.pack("<I", 0)),
+        "tokenizer.ggml.eos_token_id": (UINT32, struct.pack("<I", 1)),
+        "tokenizer.ggml.add_bos_token": (7, b"\x01"),
+        "tokenizer.ggml.add_eos_token": (7, b"\x01"),
+        "tokenizer.chat_template": (STRING, gguf_str("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                                                     "{{ m.content }}<|im_end|>\n{% endfor %}")),
+    }))
+    return path
+
+
+def test_bos_and_eos_texts_with_a_colon_or_a_space(tmp_path):
+    from stopdoctor.api import load
+
+    path = colon_gguf(tmp_path / "colon.gguf")
+    for command in (["render", str(path), "-m", "user", "hi"], ["probe-stop", "<|im_end|>", "--model", str(path)]):
+        run = cli(*command)
+        assert run.code == 0, (command, run.stderr)
+    encoding = load(str(path)).vocab.tokenizer().encode("hi")
+    assert encoding.tokens == ["<b:s>", "h", "i", "</e s>"]  # both still added, as the file says
+
+
+@pytest.mark.slow
+def test_gemma_gguf_with_a_colon_in_its_bos_text(real_gguf_models, tmp_path_factory):
+    """The issue's case: a one-byte patch of the real Gemma 3 GGUF, `<bos>` -> `<b:s>`."""
+    folder = tmp_path_factory.mktemp("gemma-colon")
+    patched = folder / "gemma-colon.gguf"
+    shutil.copyfile(real_gguf_models.gemma_gguf, patched)
+    with open(patched, "r+b") as handle:
+        data = handle.read(64 << 20)
+        at = data.index(b"\x05\x00\x00\x00\x00\x00\x00\x00<bos>")  # the token list entry, length-prefixed
+        handle.seek(at + 8 + 2)
+        handle.write(b":")
+    template = folder / "chat.jinja"
+    template.write_text("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}")
+    for command in (["render", str(patched), "--template", str(template), "-m", "user", "hi"],
+                    ["probe-stop", "<end_of_turn>", "--model", str(patched)]):
+        run = cli(*command)
+        assert run.code == 0, (command, run.stderr)
+
+
+def test_a_tokenizer_json_padding_of_30_million_is_not_applied(model):
+    folder = model()
+    padding = {"strategy": {"Fixed": 30_000_000}, "direction": "Right", "pad_to_multiple_of": None,
+               "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+    truncation = {"direction": "Right", "max_length": 1, "strategy": "LongestFirst", "stride": 0}
+    model(**{"tokenizer.json": tokenizer_with(folder, padding=padding, truncation=truncation)})
+    run = run_process("render", str(folder), "-m", "user", "hi there", "--ids", "--json",
+                      preexec_fn=lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_AS, (3 << 30, 3 << 30)))
+    assert run.returncode == 0, run.stderr
+    ids = json.loads(run.stdout)["ids"] if "ids" in json.loads(run.stdout) else None
+    assert ids is None or 5 < len(ids) < 100, len(ids)  # neither padded to 30 million nor cut to 1
+    assert cli("probe-stop", "<|im_end|>", "--model", str(folder)).code == 0
