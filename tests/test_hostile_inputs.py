@@ -172,3 +172,44 @@ def test_a_tokenizer_json_padding_of_30_million_is_not_applied(model):
     ids = json.loads(run.stdout)["ids"] if "ids" in json.loads(run.stdout) else None
     assert ids is None or 5 < len(ids) < 100, len(ids)  # neither padded to 30 million nor cut to 1
     assert cli("probe-stop", "<|im_end|>", "--model", str(folder)).code == 0
+
+
+# --- the sandbox: builtins that run unbounded inside one call ------------------------------------
+
+
+@pytest.mark.parametrize("template", [
+    "{{ ([[0] * 1000] * 20000)|sum(start=[]) }}",  # one quadratic C call: the deadline never ticked
+    "{{ ([[0] * 1000] * 2000)|sum(start=[]) }}",
+    "{{ (['x' * 1000] * 20000)|sum(start='') }}",
+    "{{ '%(a).1999999999f' % {'a': 1.5} }}",  # widths after a mapping key were not seen
+    "{{ '%(a)1999999999s' % {'a': 'x'} }}",
+    "{{ '{0:{1}}'.format('x', '1999999999') }}",  # a nested width, known only when the field is formatted
+    "{{ '{a:{b}}'.format_map({'a': 'x', 'b': '>1999999999'}) }}",
+    "{{ '%1999999999s'|format('x') }}",
+    "{{ '%(a)1999999999s'|format(a='x') }}",
+    "{{ '%*s'|format(1999999999, 'x') }}",
+    "{{ strftime_now('%1000Y' * 333333) }}",
+    "{{ '%999999s' * 100 % ((1,) * 100) }}",  # many widths, each under the limit
+    "{{ ('{:999999}' * 100).format(*((1,) * 100)) }}",
+])
+def test_one_call_builtins_are_sized_before_the_call(template):
+    import resource
+
+    from stopdoctor.template.limits import TemplateLimitError
+    from stopdoctor.template.render import render_chat
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(TemplateLimitError):
+        render_chat(template, [{"role": "user", "content": "hi"}])
+    assert time.monotonic() - started < 10
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 100
+
+
+def test_sum_format_and_strftime_still_work():
+    from stopdoctor.template.render import render_chat
+
+    out = render_chat("{{ [1, 2, 3]|sum }} {{ [{'a': 1}, {'a': 2}]|sum(attribute='a') }} {{ [[1], [2]]|sum(start=[]) }} "
+                      "{{ '{0:>5}|{1:.2f}'.format('x', 1.5) }} {{ '{a}'.format_map({'a': 'b'}) }} {{ '%(a)5s' % {'a': 'y'} }} "
+                      "{{ '%05.1f'|format(2.5) }} {{ strftime_now('%Y-%m-%d') | length }}", [{"role": "user", "content": "hi"}])
+    assert out == "6 3 [1, 2]     x|1.50 b     y 002.5 10"
