@@ -213,3 +213,106 @@ def test_sum_format_and_strftime_still_work():
                       "{{ '{0:>5}|{1:.2f}'.format('x', 1.5) }} {{ '{a}'.format_map({'a': 'b'}) }} {{ '%(a)5s' % {'a': 'y'} }} "
                       "{{ '%05.1f'|format(2.5) }} {{ strftime_now('%Y-%m-%d') | length }}", [{"role": "user", "content": "hi"}])
     assert out == "6 3 [1, 2]     x|1.50 b     y 002.5 10"
+
+
+# --- generate: every check before torch is imported ---------------------------------------------
+
+
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int], int]] | None = None, header: bytes | None = None,
+                      length: int | None = None, data: bytes = b"") -> bytes:
+    """A safetensors file: {name: (dtype, shape, bytes of data)} laid out in order, or a raw header."""
+    import struct
+
+    if header is None:
+        document, offset = {}, 0
+        for name, (dtype, shape, nbytes) in (tensors or {}).items():
+            document[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+        header = json.dumps(document).encode()
+        data = b"\0" * offset
+    return struct.pack("<Q", len(header) if length is None else length) + header + data
+
+
+EMBEDDING = {"model.embed_tokens.weight": ("F32", [640, 64], 640 * 64 * 4)}
+NESTED_HEADER = ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()
+
+
+@pytest.mark.parametrize("weights, expected", [
+    (safetensors_bytes({"w": ("F32", [1024, 64], 1024 * 64 * 4)})[:4096], "truncated or corrupt"),
+    (safetensors_bytes(header=b"{}", length=2**63), "header length of 9223372036854775808 bytes"),
+    (safetensors_bytes(header=NESTED_HEADER), "nested too deeply"),
+    (safetensors_bytes(header=json.dumps({"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 8]}}).encode(), data=b"\0" * 8),
+     "takes 4.8357e+24 bytes"),
+    (safetensors_bytes(header=b'{"w": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}}', data=b"\0"), "unknown dtype"),
+    (safetensors_bytes({}), "hold no tensors"),  # transformers ran a randomly initialised model, exit 0
+    (safetensors_bytes(header=b"[1, 2]"), "not a JSON object"),
+    (b"\1\0\0", "shorter than the 8-byte header length"),
+])
+def test_generate_refuses_hostile_safetensors_before_loading(model, weights, expected):
+    folder = model(**{"model.safetensors": weights})
+    started = time.monotonic()
+    one_line_exit_2(cli("generate", str(folder), "-m", "user", "hi", "--device", "cpu"), expected)
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"hidden_size": 2**31}, "describes a model of at least"),
+    ({"num_hidden_layers": 10**6}, "but the .safetensors weights hold 40,960"),
+    ({"vocab_size": 64000}, "but the .safetensors weights hold"),
+])
+def test_generate_refuses_a_config_the_weights_do_not_hold(model, config, expected):
+    folder = model()
+    document = json.loads((folder / "config.json").read_text())
+    model(**{"config.json": {**document, **config}, "model.safetensors": safetensors_bytes(EMBEDDING)})
+    one_line_exit_2(cli("generate", str(folder), "-m", "user", "hi", "--device", "cpu"), expected)
+
+
+def test_generate_refuses_a_prompt_longer_than_the_context(model):
+    folder = model()
+    document = json.loads((folder / "config.json").read_text())
+    model(**{"config.json": {**document, "max_position_embeddings": 32}})
+    one_line_exit_2(cli("generate", str(folder), "-m", "user", "hello " * 40, "--device", "cpu"),
+                    "more than the model's context of 32 tokens", "max_position_embeddings")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--seed", "18446744073709551616", "--temperature", "1"], "--seed 18446744073709551616"),
+    (["--seed", "-1", "--temperature", "1"], "must be between 0 and 2^64"),
+    (["--server", "http://[::1"], "not a valid URL"),
+    (["--server", "http://host:99999"], "not a valid URL"),
+    (["--server", "http://"], "names no host"),
+])
+def test_generate_options_out_of_range(model, args, expected):
+    one_line_exit_2(cli("generate", str(model()), "-m", "user", "hi", *args), expected)
+
+
+def test_generate_thread_count_is_bounded():
+    from stopdoctor.actions.generate.local import cpu_threads
+    from stopdoctor.core.errors import InputError
+
+    assert cpu_threads({"STOPDOCTOR_THREADS": "1"}) == 1
+    for value in ("1000000000", "0", "9" * 5000):
+        with pytest.raises(InputError, match="STOPDOCTOR_THREADS"):
+            cpu_threads({"STOPDOCTOR_THREADS": value})
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (b'[{"role": "user", "content": "\xff"}]', "not UTF-8"),
+    ('[{"role": "user", "content": 1' + "0" * 5000 + "}]", "integer of more than"),
+    ('[[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]', "holds 2 conversations"),
+    ('[{"content": "no role"}]', "with a role"),
+])
+def test_generate_messages_file_uses_the_guarded_reader(model, tmp_path, content, expected):
+    path = write(tmp_path, "messages.json", content)
+    one_line_exit_2(cli("generate", str(model()), "--messages", path), expected)
+
+
+@needs_fifo
+def test_generate_messages_that_are_a_pipe_or_a_device(model, tmp_path):
+    os.mkfifo(tmp_path / "pipe.json")
+    started = time.monotonic()
+    one_line_exit_2(cli("generate", str(model()), "--messages", str(tmp_path / "pipe.json")), "not a regular file")
+    if Path("/dev/zero").exists():
+        one_line_exit_2(cli("generate", str(model()), "--messages", "/dev/zero"), "not a regular file")
+    assert time.monotonic() - started < 20
