@@ -316,3 +316,35 @@ def test_generate_messages_that_are_a_pipe_or_a_device(model, tmp_path):
     if Path("/dev/zero").exists():
         one_line_exit_2(cli("generate", str(model()), "--messages", "/dev/zero"), "not a regular file")
     assert time.monotonic() - started < 20
+
+
+# --- hangs: probe-stop of thousands of strings, render --compare of huge outputs -----------------
+
+
+def test_probe_stop_of_10000_strings_is_refused_at_once(model):
+    started = time.monotonic()
+    one_line_exit_2(cli("probe-stop", *[f"stop{i}" for i in range(10_000)], "--model", str(model())),
+                    "10000 stop strings are more than the 256")
+    assert time.monotonic() - started < 20
+
+
+def test_render_compare_of_two_250k_line_outputs(model, tmp_path):
+    folder = model(**{"chat_template.jinja": "{{ 'a\\n' * 250000 }}{% for m in messages %}{{ m.content }}{% endfor %}"})
+    other = write(tmp_path, "other.jinja", "{{ 'b\\n' * 250000 }}{% for m in messages %}{{ m.content }}{% endfor %}")
+    started = time.monotonic()
+    run = cli("render", str(folder), "--compare", other, "-m", "user", "hi", "--json")
+    assert run.code in (0, 1), run.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_bounded_diff_is_difflibs_when_small_and_one_hunk_when_huge(monkeypatch):
+    import difflib
+
+    from stopdoctor.actions import render
+
+    a, b = ["x", "a", "b", "c", "y"], ["x", "a", "B", "c", "y", "z"]
+    assert render.bounded_unified_diff(a, b, "l", "r") == list(difflib.unified_diff(a, b, "l", "r", lineterm="", n=2))
+    monkeypatch.setattr(render, "MAX_DIFF_PAIRS", 0)
+    assert render.bounded_unified_diff(a, b, "l", "r") == [
+        "--- l", "+++ r", "@@ -1,5 +1,6 @@", " x", " a", "-b", "-c", "-y", "+B", "+c", "+y", "+z"]
+    assert render.bounded_unified_diff(a, a, "l", "r") == []
