@@ -348,3 +348,60 @@ def test_bounded_diff_is_difflibs_when_small_and_one_hunk_when_huge(monkeypatch)
     assert render.bounded_unified_diff(a, b, "l", "r") == [
         "--- l", "+++ r", "@@ -1,5 +1,6 @@", " x", " a", "-b", "-c", "-y", "+B", "+c", "+y", "+z"]
     assert render.bounded_unified_diff(a, a, "l", "r") == []
+
+
+# --- GGUF: a tensor table that does not add up is corrupt; a big file is not mapped whole ---------
+
+
+def gguf_with_tensors(tensors: list[tuple[str, int, list[int], int]], count: int | None = None,
+                      data: int | None = None) -> bytes:
+    """A vocab-only GGUF header plus a tensor table of (name, ggml type, shape, data offset) entries and
+    zeroed data; `count` overrides the header's tensor count, `data` the bytes of data written."""
+    import struct
+
+    from .test_hardening import ARRAY, STRING, UINT32, gguf, gguf_ints, gguf_str, gguf_strings
+
+    head = gguf({
+        "general.architecture": (STRING, gguf_str("llama")),
+        "tokenizer.ggml.model": (STRING, gguf_str("gpt2")),
+        "tokenizer.ggml.tokens": (ARRAY, gguf_strings(["a", "b", "</s>"])),
+        "tokenizer.ggml.token_type": (ARRAY, gguf_ints([1, 1, 3])),
+        "tokenizer.ggml.eos_token_id": (UINT32, struct.pack("<I", 2)),
+    })
+    head = head[:8] + struct.pack("<Q", len(tensors) if count is None else count) + head[16:]
+    table = b"".join(gguf_str(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
+                     + struct.pack("<IQ", kind, offset) for name, kind, shape, offset in tensors)
+    body = head + table
+    body += b"\0" * (-len(body) % 32)
+    return body + b"\0" * (64 if data is None else data)
+
+
+F32 = 0
+
+
+def test_gguf_with_a_sound_tensor_table_passes(tmp_path):
+    path = write(tmp_path, "ok.gguf", gguf_with_tensors([("a", F32, [4], 0), ("b", F32, [8], 32)]))
+    assert cli("inspect", path).code in (0, 1)
+
+
+@pytest.mark.parametrize("blob, expected", [
+    (gguf_with_tensors([("a", F32, [4], 0), ("b", F32, [8], 32)], count=1), "the header's tensor count (1) may be wrong"),
+    (gguf_with_tensors([("a", 99, [4], 0), ("b", F32, [8], 32)]), "unknown ggml type 99"),
+    (gguf_with_tensors([("a", F32, [4], 0), ("b", F32, [8], 16)]), "has data offset 16, expected 32"),
+    (gguf_with_tensors([("a", F32, [4], 0), ("b", F32, [8], 32)], data=40), "truncated GGUF file"),
+])
+def test_gguf_whose_tensor_table_does_not_add_up_is_corrupt(tmp_path, blob, expected):
+    one_line_exit_2(cli("inspect", write(tmp_path, "bad.gguf", blob)), expected)
+
+
+def test_a_20_gb_gguf_is_not_mapped_whole(tmp_path):
+    import resource
+
+    path = tmp_path / "big.gguf"
+    elements = 5 << 30  # 20 GiB of F32, a sparse file
+    path.write_bytes(gguf_with_tensors([("w", F32, [elements], 0)], data=0))
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size + elements * 4)
+    limit = 2 << 30
+    run = run_process("inspect", str(path), preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert run.returncode in (0, 1), run.stderr

@@ -113,13 +113,18 @@ _U64 = struct.Struct("<Q")
 _ARRAY_HEAD = struct.Struct("<IQ")  # element type, element count
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_TENSOR_NAME = 4096  # llama.cpp's names are under 64 bytes (GGML_MAX_NAME); a corrupt one is not
-# ggml type -> (elements per block, bytes per block) for the common types (ggml.c type_traits);
-# data of a type not listed is only checked to start inside the file.
+# ggml type -> (elements per block, bytes per block): every type llama.cpp reads (ggml.c type_traits,
+# gguf-py GGML_QUANT_SIZES); a tensor of any other type makes the file corrupt, as llama.cpp says.
 _TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 40),
     10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
+    23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
+    34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36), 41: (128, 18),
 }
+# The header (keys, vocabulary, merges, tensor table) is read through a memory map of at most this
+# many bytes from the start: the largest real headers are ~50 MB; a 20 GB file is not mapped whole.
+MAX_HEADER_MAP = 512 << 20
 _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
 # The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
 _MAX_STRINGS = 4_000_000
@@ -327,20 +332,21 @@ def read_header(path: str | Path) -> GGUFHeader:
             size = file.seek(0, 2)
             if size == 0:
                 raise InputError(f"{path}: the file is empty, not a GGUF model.")
-            buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            buffer = mmap.mmap(file.fileno(), min(size, MAX_HEADER_MAP), access=mmap.ACCESS_READ)
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror or error}).") from None
-    return _Parser(path, buffer).header()
+    return _Parser(path, buffer, size).header()
 
 
 class _Parser:
     """One pass over the key/value section. Every length is checked against the file size before
     it is used, so a corrupt file gives one clear InputError and never a huge allocation."""
 
-    def __init__(self, path: Path, buffer: mmap.mmap) -> None:
+    def __init__(self, path: Path, buffer: mmap.mmap, file_size: int | None = None) -> None:
         self.path = path
         self.buffer = buffer
-        self.size = len(buffer)
+        self.size = len(buffer)  # what the header may use: the mapped start of the file
+        self.file_size = self.size if file_size is None else file_size
         self.pos = 0
         self.key = "header"  # the key being read, for error messages
 
@@ -349,6 +355,9 @@ class _Parser:
 
     def need(self, count: int, what: str) -> None:
         """Make sure `count` bytes of `what` are there at the current position."""
+        if self.pos + count > self.size and self.size < self.file_size:
+            raise self.fail(f"the GGUF header runs past its first {self.size >> 20} MB ({what}), more than a real "
+                            "header holds: a corrupt length or count")
         if count > self.size:
             raise self.fail(f"corrupt GGUF header: {what} claims {count} bytes, but the file has only {self.size}")
         if self.pos + count > self.size:
@@ -421,13 +430,24 @@ class _Parser:
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
         data_start = -(-self.pos // alignment) * alignment
+        expected = 0  # llama.cpp (gguf.cpp): each tensor's data follows the previous one's, padded to the alignment
         for name, tensor_type, offset, elements in tensors:
             self.key = f"tensor {name[:40]!r}"
             block = _TYPE_SIZES.get(tensor_type)
-            nbytes = 0 if block is None else -(-elements // block[0]) * block[1]
-            if data_start + offset + nbytes > self.size:
+            if block is None:
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has an unknown ggml type {tensor_type}")
+            if offset != expected:
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has data offset {offset}, expected "
+                                f"{expected} (data in table order, aligned to {alignment} bytes){miscounted}")
+            nbytes = -(-elements // block[0]) * block[1]
+            if data_start + offset + nbytes > self.file_size:
                 raise self.fail(f"truncated GGUF file: the data of tensor {name[:40]!r} runs past the end of the file "
-                                f"(needs byte {data_start + offset + nbytes}, the file has {self.size})")
+                                f"(needs byte {data_start + offset + nbytes}, the file has {self.file_size})")
+            expected = offset + -(-nbytes // alignment) * alignment
+        if self.file_size > data_start + expected:
+            self.key = "the tensor data"
+            raise self.fail(f"corrupt GGUF file: {self.file_size - data_start - expected} bytes after the last tensor's "
+                            f"data that no tensor of the table owns; the header's tensor count ({tensor_count}) may be wrong")
 
     def u32(self, what: str) -> int:
         self.need(4, what)
