@@ -405,3 +405,61 @@ def test_a_20_gb_gguf_is_not_mapped_whole(tmp_path):
     limit = 2 << 30
     run = run_process("inspect", str(path), preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
     assert run.returncode in (0, 1), run.stderr
+
+
+# --- fix --write: every edit or none; only regular files are replaced ----------------------------
+
+
+def test_fix_write_applies_both_edits_or_neither(synth_root, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(synth_root / "llama3-eot-missing", folder)
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "generation_config.json").write_text('{"eos_token_id": 609}')
+    # A name so long that the temporary file beside it cannot be created: the second edit fails.
+    serve = tmp_path / ("s" * 243 + ".sh")
+    serve.write_text(f"vllm serve {folder} \\\n  --generation-config {stale} \\\n  --port 8000\n")
+    before = {path: path.read_bytes() for path in (folder / "generation_config.json", serve)}
+    run = cli("fix", str(folder), "--serving", str(serve))
+    assert run.code == 1 and run.stdout.count("+++ b/") == 2, run.stdout  # two edits planned
+    one_line_exit_2(cli("fix", str(folder), "--serving", str(serve), "--write"), "nothing was changed")
+    assert {path: path.read_bytes() for path in before} == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (synth_root / "llama3-eot-missing").iterdir())
+
+
+def test_fix_write_rolls_back_when_a_rename_fails(synth_root, tmp_path, monkeypatch):
+    from stopdoctor.actions import edits
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text("old a")
+    plan = edits.FixPlan((edits.FileEdit(first, "a.json", "old a", "new a", "r"),
+                          edits.FileEdit(second, "b.json", None, "new b", "r")), ())
+    real_replace = os.replace
+
+    def replace(source, target):
+        if Path(target) == second:
+            raise OSError(28, "No space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr(edits.os, "replace", replace)
+    with pytest.raises(edits.InputError, match="nothing was changed"):
+        plan.write()
+    monkeypatch.setattr(edits.os, "replace", real_replace)
+    assert first.read_text() == "old a" and not second.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]  # no temporary file left
+
+
+@needs_fifo
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_fix_write_never_replaces_a_pipe_or_a_folder(synth_root, tmp_path, kind):
+    folder = tmp_path / "model"
+    shutil.copytree(synth_root / "llama3-eot-missing", folder)
+    target = folder / "generation_config.json"
+    target.unlink()
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    started = time.monotonic()
+    run = cli("fix", str(folder), "--write")
+    assert run.code == 2, (run.code, run.stderr)
+    assert "not a regular file" in run.stderr and "hard links" not in run.stderr
+    assert (target.is_fifo() if kind == "fifo" else target.is_dir())
+    assert time.monotonic() - started < 20
