@@ -463,3 +463,91 @@ def test_fix_write_never_replaces_a_pipe_or_a_folder(synth_root, tmp_path, kind)
     assert "not a regular file" in run.stderr and "hard links" not in run.stderr
     assert (target.is_fifo() if kind == "fifo" else target.is_dir())
     assert time.monotonic() - started < 20
+
+
+# --- logs: a path is a path, a bad line is a bad line, lines and expansion have limits ------------
+
+LOG_LINE = json.dumps({"choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "Hi."}}]})
+
+
+def test_logs_paths_are_never_globs(tmp_path):
+    for name in ("x1.jsonl", "xa.jsonl", "xb.jsonl"):
+        write(tmp_path, name, LOG_LINE + "\n")
+    write(tmp_path, "x[1].jsonl", LOG_LINE + "\n" + LOG_LINE + "\n")
+    run = cli("logs", str(tmp_path / "x[1].jsonl"), "--json")
+    assert run.code == 0, run.stderr
+    assert run.json()["lines"]["total"] == 2  # its own two lines, not x1.jsonl's one
+    one_line_exit_2(cli("logs", str(tmp_path / "x*.jsonl")), "no such file")
+
+
+def test_logs_line_that_is_not_utf8_is_one_bad_line(tmp_path):
+    import gzip
+
+    raw = (LOG_LINE + "\n").encode() + b'{"choices": [{"finish_reason": "stop", "text": "caf\xe9"}]}\n' + (LOG_LINE + "\n").encode()
+    for name, data in (("latin1.jsonl", raw), ("latin1.jsonl.gz", gzip.compress(raw))):
+        run = cli("logs", write(tmp_path, name, data), "--json")
+        assert run.code == 0, run.stderr
+        lines = run.json()["lines"]
+        assert (lines["total"], lines["responses"], lines["bad"]) == (3, 2, 1), lines
+
+
+@needs_fifo
+def test_logs_folder_or_pipe_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()
+    for name in ("pipe.jsonl", "dir.jsonl"):
+        one_line_exit_2(cli("logs", str(tmp_path / name)), "not a regular file")
+
+
+_MEASURE = """
+import resource, subprocess, sys
+run = subprocess.run([sys.executable, "-m", "stopdoctor", *sys.argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+sys.stderr.buffer.write(run.stderr)
+print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+"""
+
+
+def peak_rss_mb(args: list[str], timeout: float = 120) -> tuple[int, str, float]:
+    """Run the CLI in a grandchild started by a small Python process (a child forked from this test
+    process would count this process's resident pages as its own): exit code, stderr, peak MB."""
+    run = subprocess.run([sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+    code, peak = run.stdout.split()
+    return int(code), run.stderr, float(peak)
+
+
+def test_logs_line_over_8_mb_is_refused_naming_it(tmp_path):
+    path = write(tmp_path, "long.jsonl", LOG_LINE + "\n" + LOG_LINE + "\n" + '{"x": "' + "y" * (9 << 20) + '"}\n')
+    one_line_exit_2(cli("logs", path), "line 3 is longer than 8 MB")
+    import gzip
+
+    one_line_exit_2(cli("logs", write(tmp_path, "long.jsonl.gz", gzip.compress(Path(path).read_bytes()))), "line 3 is longer")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [
+    lambda path: path.write_bytes(b"\0" * (1 << 30)),  # a 1 GB line of NULs
+    lambda path: path.write_text('{"choices": [{"text": "' + "x" * 200_000_000 + '"}]}\n'),  # a valid 200 MB line
+])
+def test_logs_huge_lines_are_refused_in_bounded_memory(tmp_path, make):
+    path = tmp_path / "big.jsonl"
+    make(path)
+    started = time.monotonic()
+    code, stderr, peak = peak_rss_mb(["logs", str(path)])
+    assert code == 2 and "longer than 8 MB" in stderr, stderr
+    assert peak < 500, peak
+    assert time.monotonic() - started < 60
+
+
+def test_logs_gzip_bomb_is_refused(tmp_path):
+    import zlib
+
+    path = tmp_path / "bomb.jsonl.gz"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(path, "wb") as handle:
+        block = b"{}\n" * (1 << 20)
+        for _ in range(500):  # 1.5 GB of lines in ~1.5 MB
+            handle.write(compressor.compress(block))
+        handle.write(compressor.flush())
+    started = time.monotonic()
+    one_line_exit_2(cli("logs", str(path)), "expands to more than")
+    assert time.monotonic() - started < 30

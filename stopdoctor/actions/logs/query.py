@@ -10,12 +10,13 @@ that table. The text of an answer is kept only where a cheap SQL prefilter (a su
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (sql, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), actions.logs (inputs, sql, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError
+from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
 from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, normalise_sql, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
@@ -108,9 +110,11 @@ def _connect():
     except ImportError:
         raise MissingDependencyError("stopdoctor logs needs the duckdb package",
                                      hint="pip install duckdb (or reinstall stopdoctor)") from None
-    import tempfile
 
     con = duckdb.connect()
+    # DuckDB takes 80% of the machine by default; the README bounds a run's memory, and past this
+    # the line numbering spills to the temp directory below instead.
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
     # Line numbering holds a file's lines until they are numbered; past memory they spill here,
     # not into the working directory (DuckDB's default for an in-memory database).
     con.execute(f"SET temp_directory = {sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
@@ -149,10 +153,10 @@ def _check_inputs(paths: Sequence[str]) -> None:
     for path in paths:
         if is_remote(path):
             continue
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such file")
+        check_log_file(path)
 
 
+DUCKDB_MEMORY = "256MB"
 RUNNING_DONE = 99.9  # the most progress reported before the query has returned
 
 
@@ -203,6 +207,20 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 "finish_raw VARCHAR, finish VARCHAR, model VARCHAR, max_tokens VARCHAR, stop_reason VARCHAR, "
                 "turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, "
                 "tail VARCHAR, multi_choice BOOLEAN)")
+    aliases = tempfile.TemporaryDirectory(prefix="stopdoctor-logs-")
+    try:
+        _read_files(con, duckdb, paths, vocabulary, settings, on_progress, Path(aliases.name))
+    finally:
+        aliases.cleanup()
+    report = _summarise(con, paths, vocabulary, settings)
+    con.close()
+    return _with_time(report, time.perf_counter() - started)
+
+
+def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
+                on_progress: Callable[[str, float], None] | None, folder: Path) -> None:
+    """Normalise every file into `rec`. DuckDB is given each path literally (`literal_path`); a file
+    it refuses for a line that is not UTF-8 is read again from a copy where that line is bad."""
     for index, path in enumerate(paths):
         def progress(start: float, span: float, p: str = path):
             if on_progress is None:
@@ -212,23 +230,25 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 on_progress(p, 100.0 if value >= 100 else min(value, RUNNING_DONE))
             return report
 
-        try:
-            source = source_sql(path, con)
-            if not is_parquet(path):
-                # Number the lines first (one ordered pass, no parsing), so that the parsing below
-                # runs on every core: numbering in the same pipeline would keep it on one.
-                _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
-                source = "lines"
-            query = normalise_sql(source, vocabulary, settings.overrides)
-            _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
-                 progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
-            con.execute("DROP TABLE IF EXISTS lines")
-        except duckdb.Error as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
-    report = _summarise(con, paths, vocabulary, settings)
-    con.close()
-    return _with_time(report, time.perf_counter() - started)
+        readable = path if is_remote(path) else literal_path(path, index, folder)
+        for attempt in range(2):
+            try:
+                source = source_sql(readable, con)
+                if not is_parquet(path):
+                    # Number the lines first (one ordered pass, no parsing), so that the parsing below
+                    # runs on every core: numbering in the same pipeline would keep it on one.
+                    _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
+                    source = "lines"
+                query = normalise_sql(source, vocabulary, settings.overrides)
+                _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
+                     progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
+                con.execute("DROP TABLE IF EXISTS lines")
+                break
+            except duckdb.Error as error:
+                if attempt == 0 and is_encoding_error(str(error)) and not is_parquet(path) and not is_remote(path):
+                    readable = utf8_copy(path, index, folder)
+                    continue
+                raise read_error(path, str(error)) from None
 
 
 def _with_time(report: LogsReport, seconds: float) -> LogsReport:
