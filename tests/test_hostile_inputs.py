@@ -551,3 +551,34 @@ def test_logs_gzip_bomb_is_refused(tmp_path):
     started = time.monotonic()
     one_line_exit_2(cli("logs", str(path)), "expands to more than")
     assert time.monotonic() - started < 30
+
+
+# --- labels: rows are read with a cap, never a whole "line" of gigabytes -------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--limit", "1"]])
+def test_labels_row_over_16_mb_is_refused_unread(synth_root, tmp_path, extra):
+    path = tmp_path / "data.jsonl"
+    with open(path, "wb") as handle:  # a sparse 4 GB file with no newline: one 4 GB "line"
+        handle.truncate(4 << 30)
+    started = time.monotonic()
+    code, stderr, peak = peak_rss_mb(["labels", str(synth_root / "clean-chatml"), "--data", str(path), *extra])
+    assert code == 2 and "line 1 is longer than 16 MB" in stderr, stderr
+    assert peak < 300, peak
+    assert time.monotonic() - started < 60
+
+
+def test_labels_200_mb_row_and_a_row_of_a_million_arrays(synth_root, tmp_path):
+    row = '{"messages": [{"role": "user", "content": "' + "x" * (17 << 20) + '"}]}\n'
+    one_line_exit_2(cli("labels", str(synth_root / "clean-chatml"), "--data", write(tmp_path, "a.jsonl", row)),
+                    "line 1 is longer than 16 MB")
+    row = '{"messages": [{"role": "user", "content": "hi"}], "x": [' + ",".join(["[]"] * 1_100_000) + "]}\n"
+    one_line_exit_2(cli("labels", str(synth_root / "clean-chatml"), "--data", write(tmp_path, "b.jsonl", row)),
+                    "line 1 holds more than 1000000 JSON arrays/objects")
+
+
+@needs_fifo
+def test_labels_data_that_is_a_pipe(synth_root, tmp_path):
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    one_line_exit_2(cli("labels", str(synth_root / "clean-chatml"), "--data", str(tmp_path / "pipe.jsonl")),
+                    "not a regular file")
