@@ -281,6 +281,7 @@ def test_generate_refuses_a_prompt_longer_than_the_context(model):
     (["--server", "http://[::1"], "not a valid URL"),
     (["--server", "http://host:99999"], "not a valid URL"),
     (["--server", "http://"], "names no host"),
+    (["--server", "https://a b"], "no spaces or control characters"),  # found by tests/fuzz_hostile.py
 ])
 def test_generate_options_out_of_range(model, args, expected):
     one_line_exit_2(cli("generate", str(model()), "-m", "user", "hi", *args), expected)

@@ -33,6 +33,8 @@ def check_server_url(server: str) -> None:
     hint = "e.g. --server http://127.0.0.1:8000"
     if not server.startswith(("http://", "https://")):
         raise InputError(f"--server {server!r}: not an http(s) URL", hint=hint)
+    if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in server):
+        raise InputError(f"--server {server!r}: a URL holds no spaces or control characters", hint=hint)
     try:
         parts = urlsplit(server)
         parts.port  # noqa: B018 - raises on a port that is not a number or out of range
