@@ -583,3 +583,18 @@ def test_labels_data_that_is_a_pipe(synth_root, tmp_path):
     os.mkfifo(tmp_path / "pipe.jsonl")
     one_line_exit_2(cli("labels", str(synth_root / "clean-chatml"), "--data", str(tmp_path / "pipe.jsonl")),
                     "not a regular file")
+
+
+@pytest.mark.slow
+def test_generate_refuses_weights_missing_tensors_of_the_model(real_models, tmp_path):
+    """Weights that pass the header checks (the embedding alone is most of a small model's bound)
+    but lack tensors: transformers would initialise those at random and run the result."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "embedding-only"
+    shutil.copytree(real_models.smollm2_hf, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    with safe_open(str(real_models.smollm2_hf / "model.safetensors"), "np") as weights:
+        save_file({k: weights.get_tensor(k) for k in weights.keys() if "embed" in k}, str(folder / "model.safetensors"))
+    one_line_exit_2(cli("generate", str(folder), "-m", "user", "hi", "--max-new-tokens", "4", "--device", "cpu"),
+                    "the weights lack", "initialise at random")

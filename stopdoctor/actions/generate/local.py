@@ -291,7 +291,14 @@ class LocalEngine:
             kwargs["use_safetensors"] = _weights_format(source, allow_pickle)
             if source.revision:
                 kwargs["revision"] = source.revision
-            model = _load_quietly(source, AutoModelForCausalLM, target, kwargs, progress, None)
+            model, info = _load_quietly(source, AutoModelForCausalLM, target, dict(kwargs, output_loading_info=True),
+                                        progress, None)
+            missing = list(info.get("missing_keys") or [])
+            if missing:
+                # transformers initialises these at random and runs anyway: the output would not be the model's.
+                raise InputError(f"{source.spec}: the weights lack {len(missing)} of the model's tensors "
+                                 f"(e.g. {sorted(missing)[0][:80]}), which transformers would initialise at random",
+                                 hint="download the weights again; they do not match config.json")
         model.to(device)
         model.eval()
         return cls(model, facts, device, _torch=torch)
