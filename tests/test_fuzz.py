@@ -55,3 +55,24 @@ def test_the_runner_sees_exit_3_hangs_and_memory(tmp_path, monkeypatch):
     assert outcomes["crash"].failed == "exit 3"
     assert outcomes["hang"].failed.startswith("ran past")
     assert outcomes["hog"].failed is not None and "memory" in outcomes["hog"].failed
+
+
+ROUND2_CASES = int(os.environ.get("STOPDOCTOR_FUZZ2_CASES", "64"))  # about 20-30 s on 2 cores
+
+
+@pytest.mark.fuzz
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="the runner forks a child per case")
+def test_round2_hostile_classes_never_crash_hang_blow_up_or_half_write(tmp_path):
+    """Issue #17's classes at random (tests/fuzz_hostile.py): no exit 3, traceback, hang, run over the
+    memory limit, or fix --write that changed one file of two."""
+    from . import fuzz_hostile
+
+    started = time.monotonic()
+    report = fuzz_hostile.fuzz_hostile(ROUND2_CASES, seed=int(os.environ.get("STOPDOCTOR_FUZZ_SEED", "20261217")),
+                                       jobs=2, keep=tmp_path)
+    print(report.summary())
+    assert len(report.outcomes) == ROUND2_CASES
+    assert not report.failures, report.summary()
+    assert not report.partial_writes, report.partial_writes
+    assert {o.case.kind for o in report.outcomes} == set(fuzz_hostile.KINDS)
+    assert time.monotonic() - started < 180

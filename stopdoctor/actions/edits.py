@@ -44,17 +44,50 @@ class FixPlan:
         return "".join(edit.diff() for edit in self.edits)
 
     def write(self, backup: bool = False) -> None:
-        """Write every edit; `backup` keeps each old file as FILE.bak first. An edit that knows how
-        to write itself (a GGUF metadata edit, `actions.gguf_edit`) does so."""
+        """Every edit or none: each target is checked, each new text staged in a temporary file
+        beside its target, and only then are they renamed into place. A failure while staging
+        removes what was staged; a failure while renaming puts back the files already replaced.
+        `backup` keeps each old file as FILE.bak first. An edit that writes itself (a GGUF's
+        metadata, `actions.gguf_edit`, atomic on its own) runs once every text edit is staged."""
         for edit in self.edits:
             refuse_linked(edit.path)
-        for edit in self.edits:
-            if hasattr(edit, "write"):
-                edit.write(backup)
-                continue
-            if backup and edit.path.exists():
-                keep_backup(edit.path)
-            write_atomically(edit.path, edit.after)
+        texts = [edit for edit in self.edits if not hasattr(edit, "write")]
+        staged: list[tuple[FileEdit, Path]] = []
+        try:
+            for edit in texts:
+                staged.append((edit, stage(edit.path, edit.after)))
+            for edit in self.edits:
+                if hasattr(edit, "write"):
+                    edit.write(backup)
+        except BaseException:
+            for _, temp in staged:
+                temp.unlink(missing_ok=True)
+            raise
+        replaced: list[FileEdit] = []
+        for edit, temp in staged:
+            try:
+                if backup and edit.path.exists():
+                    keep_backup(edit.path)
+                os.replace(temp, edit.path)
+            except (OSError, InputError) as exc:
+                for _, rest in staged:
+                    rest.unlink(missing_ok=True)
+                for done in reversed(replaced):
+                    _restore(done)
+                why = exc.message if isinstance(exc, InputError) else (exc.strerror or exc)
+                raise InputError(f"cannot write {edit.path}: {why}; nothing was changed") from exc
+            replaced.append(edit)
+
+
+def _restore(edit: FileEdit) -> None:
+    """Put back the file an edit replaced (best effort: the disk just refused a write)."""
+    try:
+        if edit.before is None:
+            edit.path.unlink(missing_ok=True)
+        else:
+            os.replace(stage(edit.path, edit.before), edit.path)
+    except (OSError, InputError):
+        pass
 
 
 def keep_backup(path: Path) -> Path:
@@ -78,22 +111,28 @@ def keep_backup(path: Path) -> Path:
 
 def refuse_linked(path: Path) -> None:
     """Never write through a symlink or a hard link: the bytes would land outside the model folder
-    (a hub cache snapshot links every file to a shared blob)."""
+    (a hub cache snapshot links every file to a shared blob). Never replace what is not a regular
+    file (a folder, a named pipe, a device) either."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         info = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be checked before writing: {exc.strerror or exc}; nothing was changed") from exc
     if info is not None and stat.S_ISLNK(info.st_mode):
         raise InputError(f"{path} is a symbolic link; stopdoctor does not write through links",
                          "copy the model folder (cp -rL) and fix the copy")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path} is not a regular file (a folder, named pipe or device); stopdoctor replaces only files",
+                         "move it aside and run fix again")
     if info is not None and info.st_nlink > 1:
         raise InputError(f"{path} has {info.st_nlink} hard links; writing it would change the other copies too",
                          "copy the file (cp --remove-destination) and run fix again")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temp file in the same folder, flushed, then renamed over the target: a failure leaves the
-    old file whole. Keeps the file's permissions."""
+def stage(path: Path, text: str) -> Path:
+    """`text` in a temporary file in `path`'s folder, flushed to disk, with `path`'s permissions:
+    ready to be renamed over `path`. A failure leaves nothing behind."""
     mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else 0o644
     try:
         handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
@@ -107,9 +146,20 @@ def write_atomically(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(handle.name, mode)
-        os.replace(handle.name, path)
     except BaseException as exc:
         Path(handle.name).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
+            raise InputError(f"cannot write {path}: {exc.strerror or exc}; nothing was changed") from exc
         raise
+    return Path(handle.name)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same folder, flushed, then renamed over the target: a failure leaves the
+    old file whole. Keeps the file's permissions."""
+    temp = stage(path, text)
+    try:
+        os.replace(temp, path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc

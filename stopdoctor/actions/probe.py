@@ -21,6 +21,8 @@ from stopdoctor.actions.render import special_token_map, with_template_line
 
 # Stop strings are markers of a few characters; each is encoded in a dozen contexts.
 MAX_STOP_CHARS = 4096
+# Each stop is probed in ~20 contexts and over the corpus (~10-20 ms a stop): 256 stay within seconds.
+MAX_STOPS = 256
 MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
 
 
@@ -130,6 +132,9 @@ def probe_model(
     candidates = list(dict.fromkeys(candidates))
     if not candidates:
         raise InputError("no stop strings to probe", hint="give STOP arguments or --from-template")
+    if len(candidates) > MAX_STOPS:
+        raise InputError(f"{len(candidates)} stop strings are more than the {MAX_STOPS} stopdoctor probes in one run",
+                         hint="a runtime stops on a handful; probe them in smaller batches")
     if any(not s for s in candidates):
         raise InputError("an empty stop string cannot be probed")
     for stop in candidates:

@@ -409,6 +409,34 @@ def end_of_turn_texts(facts: ModelFacts, template: ChatTemplate) -> list[str]:
     return [m.text + m.trailing for m in markers]
 
 
+# difflib is quadratic in the lines that differ: two 250k-line prompts took minutes. Past this many
+# line pairs the changed block (after the common start and end) is shown whole, as one hunk.
+MAX_DIFF_PAIRS = 25_000_000
+
+
+def bounded_unified_diff(a: list[str], b: list[str], fromfile: str, tofile: str, n: int = 2) -> list[str]:
+    """difflib.unified_diff(a, b, lineterm="", n=n) when the lines that differ are few enough;
+    otherwise one hunk: the common start and end kept as context, everything between replaced."""
+    if a == b:
+        return []
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    if (len(a) - start - end) * (len(b) - start - end) <= MAX_DIFF_PAIRS:
+        return list(difflib.unified_diff(a, b, fromfile=fromfile, tofile=tofile, lineterm="", n=n))
+    first = max(0, start - n)
+    a_stop, b_stop = min(len(a), len(a) - end + n), min(len(b), len(b) - end + n)
+    hunk = [f"--- {fromfile}", f"+++ {tofile}", f"@@ -{first + 1},{a_stop - first} +{first + 1},{b_stop - first} @@"]
+    hunk += [" " + line for line in a[first:start]]
+    hunk += ["-" + line for line in a[start:len(a) - end]]
+    hunk += ["+" + line for line in b[start:len(b) - end]]
+    hunk += [" " + line for line in a[len(a) - end:a_stop]]
+    return hunk
+
+
 def compare_prompts(
     left_facts: ModelFacts,
     left: RenderedPrompt,
@@ -417,8 +445,7 @@ def compare_prompts(
     left_label: str,
     right_label: str,
 ) -> PromptComparison:
-    diff = list(difflib.unified_diff(visible_lines(left.text), visible_lines(right.text),
-                                     fromfile=left_label, tofile=right_label, lineterm="", n=2))
+    diff = bounded_unified_diff(visible_lines(left.text), visible_lines(right.text), left_label, right_label)
     error = None
     try:
         left_eot: list[str] | None = end_of_turn_texts(left_facts, left.template)

@@ -18,7 +18,7 @@ from typer.core import TyperCommand
 
 from stopdoctor import __version__
 from stopdoctor.cli.output import say
-from stopdoctor.core.errors import EXIT_INTERNAL, StopdoctorError, shorten
+from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_INTERNAL, StopdoctorError, shorten
 
 
 class Command(TyperCommand):
@@ -112,9 +112,18 @@ def message_pairs(values: list[str]) -> list[tuple[str, str]]:
 
 
 
+def is_native_panic(error: BaseException) -> bool:
+    """pyo3's PanicException: a Rust panic inside a native library (tokenizers), raised as a
+    BaseException so that a bare `except Exception` misses it."""
+    kind = type(error)
+    return kind.__name__ == "PanicException" and kind.__module__ in ("pyo3_runtime", "builtins")
+
+
 def handles_errors(command: F) -> F:
-    """Known errors become one line plus a hint and exit 2; anything else exits 3 with one line
-    (the traceback only when STOPDOCTOR_DEBUG is set)."""
+    """Known errors become one line plus a hint and exit 2, as does a panic of a native library on
+    the input and a stdout that is closed or cannot encode the report; anything else (any
+    BaseException but an exit or an interrupt) exits 3 with one line (the traceback only when
+    STOPDOCTOR_DEBUG is set)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -128,11 +137,17 @@ def handles_errors(command: F) -> F:
             if error.hint:
                 say(f"hint: {error.hint}")
             raise typer.Exit(error.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except Exception as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
+        except BaseException as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
             if os.environ.get("STOPDOCTOR_DEBUG"):
                 raise
+            if is_native_panic(error):
+                # A Rust library (tokenizers) that panics on a file is refusing that file: bad input.
+                say(f"stopdoctor: error: a native library failed on this input: {shorten(str(error) or type(error).__name__)}")
+                say("hint: the model's tokenizer.json (a pre-tokenizer regex, a padding or truncation setting) "
+                    "is one the tokenizers library cannot run; transformers fails on it too")
+                raise typer.Exit(EXIT_CANNOT_RUN) from None
             say(f"stopdoctor: internal error: {type(error).__name__}: {shorten(str(error))}")
             say("hint: rerun with STOPDOCTOR_DEBUG=1 for the traceback, and report it")
             raise typer.Exit(EXIT_INTERNAL) from None

@@ -24,6 +24,26 @@ MAX_NEW_TOKENS = 8192
 FRAGMENT_MIN_TOKENS = 24
 
 
+def check_server_url(server: str) -> None:
+    """--server must be an http(s) URL that parses (`http://[::1` does not) with a host."""
+    from urllib.parse import urlsplit
+
+    from stopdoctor.core.errors import InputError
+
+    hint = "e.g. --server http://127.0.0.1:8000"
+    if not server.startswith(("http://", "https://")):
+        raise InputError(f"--server {server!r}: not an http(s) URL", hint=hint)
+    if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in server):
+        raise InputError(f"--server {server!r}: a URL holds no spaces or control characters", hint=hint)
+    try:
+        parts = urlsplit(server)
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError as error:
+        raise InputError(f"--server {server!r}: not a valid URL ({error})", hint=hint) from None
+    if not parts.hostname:
+        raise InputError(f"--server {server!r}: names no host", hint=hint)
+
+
 @app.command(cls=MessagePairCommand)
 @handles_errors
 def generate(
@@ -55,7 +75,7 @@ def generate(
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
     from stopdoctor.core.errors import InputError
     from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.generate.request import Sampling, build_prompt, read_messages, resolve_stops
+    from stopdoctor.actions.generate.request import Sampling, build_prompt, check_context, read_messages, resolve_stops
     from stopdoctor.actions.generate.server import ServerEngine
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test, load_context
 
@@ -64,8 +84,10 @@ def generate(
                          hint="a diagnosis needs a few dozen tokens; a budget is for one short generation")
     if not (math.isfinite(temperature) and temperature >= 0) or not 0 < top_p <= 1:
         raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
-    if server is not None and not server.startswith(("http://", "https://")):
-        raise InputError(f"--server {server!r}: not an http(s) URL", hint="e.g. --server http://127.0.0.1:8000")
+    if server is not None:
+        check_server_url(server)
+    if seed is not None and not 0 <= seed < 2**64:
+        raise InputError(f"--seed {seed}: must be between 0 and 2^64 - 1", hint="torch takes a 64-bit seed")
     if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature or thinking):
         raise InputError("--fragment-test runs its own probes, greedy, with the model's stop ids",
                          hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature/--thinking, or drop --fragment-test")
@@ -100,6 +122,9 @@ def generate(
 
         # The one escape rule of every command that takes a stop string (probe-stop, labels --eot-token).
         stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), [parse_escapes(s) for s in stop or []])
+        if server is None:
+            for built in prompts:
+                check_context(context.facts, built, max_new_tokens)
     reference = None
     if server is None and not fragment_test:
         from stopdoctor.actions.stop_odds import reference_contexts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +9,7 @@ from typing import Annotated
 import typer
 
 from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working, write_report
+from stopdoctor.cli.output import color_for_stdout, emit, say, stderr_is_terminal, width_for_stdout, working, write_report
 
 DataOpt = Annotated[Path, typer.Option(
     "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]
@@ -36,7 +35,7 @@ class _Progress:
     def __call__(self, done: int, total: int) -> None:
         if time.monotonic() - self.started < 1.0 or done >= total and self.bar is None:
             return
-        if not sys.stderr.isatty():
+        if not stderr_is_terminal():
             if not self.said:
                 say(f"stopdoctor: {self.what} ({total} examples)…")
                 self.said = True

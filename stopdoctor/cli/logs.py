@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from typing import Annotated
 
 import typer
 
 from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, write_document, write_report
+from stopdoctor.cli.output import color_for_stdout, emit, stderr_is_terminal, width_for_stdout, write_document, write_report
 
 # Below this much input the report takes about a second: no progress bar.
 PROGRESS_BYTES = 64 * 1024 * 1024
@@ -32,7 +31,7 @@ class _Progress:
         self.task: int | None = None  # the file being read (one at a time, in order)
         self.finished = True
         sizes = [os.path.getsize(p) if os.path.isfile(p) else PROGRESS_BYTES for p in paths]
-        if sys.stderr.isatty() and sum(sizes) >= PROGRESS_BYTES:
+        if stderr_is_terminal() and sum(sizes) >= PROGRESS_BYTES:
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
             from stopdoctor.reporters.console import make_console

@@ -7,6 +7,7 @@ Imports: core, reporters.console.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -20,8 +21,21 @@ def say(message: str) -> None:
     from stopdoctor.core.errors import shorten
     from stopdoctor.reporters.console import printable
 
-    sys.stderr.write(printable(shorten(message, 4000)) + "\n")
-    sys.stderr.flush()
+    if sys.stderr is None:  # started with stderr closed (`2>&-`): nowhere to talk
+        return
+    try:
+        sys.stderr.write(printable(shorten(message, 4000)) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or full stderr: the exit code still says it
+        pass
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr is not None and sys.stderr.isatty()
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout is not None and sys.stdout.isatty()
 
 
 class working:
@@ -40,7 +54,7 @@ class working:
         self._done = None
 
     def __enter__(self) -> working:
-        if sys.stderr.isatty():
+        if stderr_is_terminal():
             from stopdoctor.reporters.console import make_console
 
             self._status = make_console(stderr=True).status(self.message)
@@ -80,12 +94,20 @@ class working:
 
 
 def emit(text: str) -> None:
+    if sys.stdout is None:  # started with stdout closed (`stopdoctor rules >&-`): Python has no sys.stdout
+        raise StopdoctorError("cannot write the output: stdout is closed",
+                              hint="run it with stdout open, or write the report to a file with -o/--output")
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except OSError as error:  # a full disk, a closed pipe: the environment's fault, not a bug
         _discard_stdout()
         raise StopdoctorError(f"cannot write the output: {error.strerror or error}") from None
+    except UnicodeEncodeError as error:  # PYTHONIOENCODING=ascii, a C locale: the report has → and é
+        _discard_stdout()
+        raise StopdoctorError(f"cannot write the output: stdout's encoding ({error.encoding}) cannot encode "
+                              f"{error.object[error.start:error.start + 1]!a}",
+                              hint="set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or write the report to a file with -o") from None
 
 
 def _discard_stdout() -> None:
@@ -101,13 +123,13 @@ def _discard_stdout() -> None:
 def color_for_stdout(color: bool | None) -> bool:
     if color is not None:
         return color
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return stdout_is_terminal() and not os.environ.get("NO_COLOR")
 
 
 def width_for_stdout() -> int:
     import shutil
 
-    return max(60, min(shutil.get_terminal_size((100, 24)).columns, 160)) if sys.stdout.isatty() else 100
+    return max(60, min(shutil.get_terminal_size((100, 24)).columns, 160)) if stdout_is_terminal() else 100
 
 
 def write_document(text: str, output: Path | None, what: str) -> None:
@@ -115,6 +137,14 @@ def write_document(text: str, output: Path | None, what: str) -> None:
     if output is None:
         emit(text)
         return
+    try:
+        info = output.stat()
+    except OSError:
+        info = None  # absent (or unreadable: the write below says why)
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # Opening a named pipe for writing blocks until someone reads it; a device is no report file.
+        raise InputError(f"{output}: cannot write: not a regular file (a folder, pipe or device)",
+                         hint="give -o a file name (an existing file is replaced)")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")

@@ -49,15 +49,34 @@ def iter_examples(path: str | Path, limit: int | None = None, bad: list[str] | N
     return _rows(_data_file(path), limit, bad)
 
 
+# The longest row read: a training example of 16 MB is far past any context length, and json.loads
+# builds ~20x its text in objects. A row is read with this cap, never a whole "line" of gigabytes.
+MAX_ROW_BYTES = 16 * 1024 * 1024
+# As in model_facts.parse_json: ~70 bytes of objects per `[]`; a row never holds this many.
+MAX_ROW_CONTAINERS = 1_000_000
+
+
 def _data_file(path: str | Path) -> Path:
     require_file(str(path), "data file", "give a JSONL file with one example a line")
     return Path(path)
 
 
+def _lines(handle) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line, each read with the row cap: a longer line is refused
+    naming it, after reading at most the cap."""
+    number = 0
+    while raw := handle.readline(MAX_ROW_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_ROW_BYTES:
+            raise InputError(f"{handle.name}: line {number} is longer than {MAX_ROW_BYTES >> 20} MB, the longest "
+                             "row stopdoctor reads", "one training example a line; a row this long is no example")
+        yield number, raw
+
+
 def _rows(path: Path, limit: int | None, bad: list[str] | None = None) -> Iterator[Example]:
     count = 0
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in _lines(handle):
             if limit is not None and count >= limit:
                 break
             if not raw.strip():
@@ -82,6 +101,9 @@ def _parse_row(raw: bytes, number: int, name: str) -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: line {number} is not UTF-8 text (byte {exc.start})",
                          "the data must be UTF-8 JSONL, as the datasets library writes it") from exc
+    if line.count("[") + line.count("{") > MAX_ROW_CONTAINERS:
+        raise InputError(f"{name}: line {number} holds more than {MAX_ROW_CONTAINERS} JSON arrays/objects",
+                         "one training example a line; no example holds this many")
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
@@ -99,7 +121,7 @@ def count_examples(path: str | Path, limit: int | None = None) -> int:
     valid): the total a progress bar counts towards, read without parsing."""
     count = 0
     with _data_file(path).open("rb") as handle:
-        for line in handle:
+        for _, line in _lines(handle):
             if line.strip():
                 count += 1
                 if limit is not None and count >= limit:

@@ -18,7 +18,6 @@ import stat
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from itertools import accumulate, repeat
 from pathlib import Path
 from types import MappingProxyType
@@ -28,84 +27,7 @@ import numpy as np
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Token
-
-# --- The few gguf constants we need, copied so that `import gguf` stays off the static path. ---------
-# gguf.constants.GGUF_MAGIC is 0x46554747, written little-endian: the bytes b"GGUF".
-GGUF_MAGIC = b"GGUF"
-# v1 counted in 32 bits and is long gone; llama.cpp and gguf-py read v2 and v3 (gguf.constants.GGUF_VERSION).
-SUPPORTED_VERSIONS = (2, 3)
-
-
-class GGUFValueType(IntEnum):
-    """Mirrors gguf.constants.GGUFValueType."""
-
-    UINT8 = 0
-    INT8 = 1
-    UINT16 = 2
-    INT16 = 3
-    UINT32 = 4
-    INT32 = 5
-    FLOAT32 = 6
-    BOOL = 7
-    STRING = 8
-    ARRAY = 9
-    UINT64 = 10
-    INT64 = 11
-    FLOAT64 = 12
-
-
-# Fixed-size types: (struct format for one scalar, numpy dtype for an array of them).
-_FIXED: dict[int, tuple[struct.Struct, np.dtype]] = {
-    GGUFValueType.UINT8: (struct.Struct("<B"), np.dtype("<u1")),
-    GGUFValueType.INT8: (struct.Struct("<b"), np.dtype("<i1")),
-    GGUFValueType.UINT16: (struct.Struct("<H"), np.dtype("<u2")),
-    GGUFValueType.INT16: (struct.Struct("<h"), np.dtype("<i2")),
-    GGUFValueType.UINT32: (struct.Struct("<I"), np.dtype("<u4")),
-    GGUFValueType.INT32: (struct.Struct("<i"), np.dtype("<i4")),
-    GGUFValueType.FLOAT32: (struct.Struct("<f"), np.dtype("<f4")),
-    GGUFValueType.BOOL: (struct.Struct("<?"), np.dtype("?")),
-    GGUFValueType.UINT64: (struct.Struct("<Q"), np.dtype("<u8")),
-    GGUFValueType.INT64: (struct.Struct("<q"), np.dtype("<i8")),
-    GGUFValueType.FLOAT64: (struct.Struct("<d"), np.dtype("<f8")),
-}
-
-
-class Keys:
-    """The metadata keys we read; names mirror gguf.constants.Keys.General / Keys.Tokenizer."""
-
-    ARCHITECTURE = "general.architecture"  # Keys.General.ARCHITECTURE
-    NAME = "general.name"  # Keys.General.NAME
-    FINETUNE = "general.finetune"  # Keys.General.FINETUNE
-    ALIGNMENT = "general.alignment"  # Keys.General.ALIGNMENT
-    MODEL = "tokenizer.ggml.model"  # Keys.Tokenizer.MODEL
-    PRE = "tokenizer.ggml.pre"  # Keys.Tokenizer.PRE
-    LIST = "tokenizer.ggml.tokens"  # Keys.Tokenizer.LIST
-    TOKEN_TYPE = "tokenizer.ggml.token_type"  # Keys.Tokenizer.TOKEN_TYPE
-    SCORES = "tokenizer.ggml.scores"  # Keys.Tokenizer.SCORES
-    MERGES = "tokenizer.ggml.merges"  # Keys.Tokenizer.MERGES
-    BOS_ID = "tokenizer.ggml.bos_token_id"  # Keys.Tokenizer.BOS_ID
-    EOS_ID = "tokenizer.ggml.eos_token_id"  # Keys.Tokenizer.EOS_ID
-    EOT_ID = "tokenizer.ggml.eot_token_id"  # Keys.Tokenizer.EOT_ID
-    EOM_ID = "tokenizer.ggml.eom_token_id"  # Keys.Tokenizer.EOM_ID
-    UNK_ID = "tokenizer.ggml.unknown_token_id"  # Keys.Tokenizer.UNK_ID
-    PAD_ID = "tokenizer.ggml.padding_token_id"  # Keys.Tokenizer.PAD_ID
-    ADD_BOS = "tokenizer.ggml.add_bos_token"  # Keys.Tokenizer.ADD_BOS
-    ADD_EOS = "tokenizer.ggml.add_eos_token"  # Keys.Tokenizer.ADD_EOS
-    CHAT_TEMPLATE = "tokenizer.chat_template"  # Keys.Tokenizer.CHAT_TEMPLATE
-    CHAT_TEMPLATE_N = "tokenizer.chat_template.{name}"  # Keys.Tokenizer.CHAT_TEMPLATE_N
-    CHAT_TEMPLATES = "tokenizer.chat_templates"  # Keys.Tokenizer.CHAT_TEMPLATES
-
-
-class TokenType(IntEnum):
-    """Mirrors gguf.constants.TokenType (llama.cpp's llama_token_type)."""
-
-    NORMAL = 1
-    UNKNOWN = 2
-    CONTROL = 3
-    USER_DEFINED = 4
-    UNUSED = 5
-    BYTE = 6
-
+from stopdoctor.facts.gguf_constants import FIXED_TYPES, GGUF_MAGIC, SUPPORTED_VERSIONS, TYPE_SIZES, GGUFValueType, Keys, TokenType  # noqa: F401  (Keys, TokenType: read with the header)
 
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key/value count
 _U32 = struct.Struct("<I")
@@ -113,13 +35,9 @@ _U64 = struct.Struct("<Q")
 _ARRAY_HEAD = struct.Struct("<IQ")  # element type, element count
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_TENSOR_NAME = 4096  # llama.cpp's names are under 64 bytes (GGML_MAX_NAME); a corrupt one is not
-# ggml type -> (elements per block, bytes per block) for the common types (ggml.c type_traits);
-# data of a type not listed is only checked to start inside the file.
-_TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
-}
+# The header (keys, vocabulary, merges, tensor table) is read through a memory map of at most this
+# many bytes from the start: the largest real headers are ~50 MB; a 20 GB file is not mapped whole.
+MAX_HEADER_MAP = 512 << 20
 _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corrupt file might
 # The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
 _MAX_STRINGS = 4_000_000
@@ -340,20 +258,21 @@ def read_header(path: str | Path) -> GGUFHeader:
             size = file.seek(0, 2)
             if size == 0:
                 raise InputError(f"{path}: the file is empty, not a GGUF model.")
-            buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            buffer = mmap.mmap(file.fileno(), min(size, MAX_HEADER_MAP), access=mmap.ACCESS_READ)
     except OSError as error:
         raise InputError(f"{path}: cannot read the file ({error.strerror or error}).") from None
-    return _Parser(path, buffer).header()
+    return _Parser(path, buffer, size).header()
 
 
 class _Parser:
     """One pass over the key/value section. Every length is checked against the file size before
     it is used, so a corrupt file gives one clear InputError and never a huge allocation."""
 
-    def __init__(self, path: Path, buffer: mmap.mmap) -> None:
+    def __init__(self, path: Path, buffer: mmap.mmap, file_size: int | None = None) -> None:
         self.path = path
         self.buffer = buffer
-        self.size = len(buffer)
+        self.size = len(buffer)  # what the header may use: the mapped start of the file
+        self.file_size = self.size if file_size is None else file_size
         self.pos = 0
         self.key = "header"  # the key being read, for error messages
 
@@ -362,6 +281,9 @@ class _Parser:
 
     def need(self, count: int, what: str) -> None:
         """Make sure `count` bytes of `what` are there at the current position."""
+        if self.pos + count > self.size and self.size < self.file_size:
+            raise self.fail(f"the GGUF header runs past its first {self.size >> 20} MB ({what}), more than a real "
+                            "header holds: a corrupt length or count")
         if count > self.size:
             raise self.fail(f"corrupt GGUF header: {what} claims {count} bytes, but the file has only {self.size}")
         if self.pos + count > self.size:
@@ -436,13 +358,24 @@ class _Parser:
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
         data_start = -(-self.pos // alignment) * alignment
+        expected = 0  # llama.cpp (gguf.cpp): each tensor's data follows the previous one's, padded to the alignment
         for name, tensor_type, offset, elements in tensors:
             self.key = f"tensor {name[:40]!r}"
-            block = _TYPE_SIZES.get(tensor_type)
-            nbytes = 0 if block is None else -(-elements // block[0]) * block[1]
-            if data_start + offset + nbytes > self.size:
+            block = TYPE_SIZES.get(tensor_type)
+            if block is None:
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has an unknown ggml type {tensor_type}")
+            if offset != expected:
+                raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has data offset {offset}, expected "
+                                f"{expected} (data in table order, aligned to {alignment} bytes){miscounted}")
+            nbytes = -(-elements // block[0]) * block[1]
+            if data_start + offset + nbytes > self.file_size:
                 raise self.fail(f"truncated GGUF file: the data of tensor {name[:40]!r} runs past the end of the file "
-                                f"(needs byte {data_start + offset + nbytes}, the file has {self.size})")
+                                f"(needs byte {data_start + offset + nbytes}, the file has {self.file_size})")
+            expected = offset + -(-nbytes // alignment) * alignment
+        if self.file_size > data_start + expected:
+            self.key = "the tensor data"
+            raise self.fail(f"corrupt GGUF file: {self.file_size - data_start - expected} bytes after the last tensor's "
+                            f"data that no tensor of the table owns; the header's tensor count ({tensor_count}) may be wrong")
         return {name: GGUFTensor(name, tensor_type, shape, data_start + offset)
                 for (name, tensor_type, offset, _), shape in zip(tensors, shapes)}
 
@@ -466,7 +399,7 @@ class _Parser:
         return text
 
     def value(self, value_type: int, depth: int) -> Any:
-        fixed = _FIXED.get(value_type)
+        fixed = FIXED_TYPES.get(value_type)
         if fixed is not None:
             scalar, _ = fixed
             self.need(scalar.size, "a value")
@@ -485,7 +418,7 @@ class _Parser:
         self.need(_ARRAY_HEAD.size, "an array header")
         element_type, count = _ARRAY_HEAD.unpack_from(self.buffer, self.pos)
         self.pos += _ARRAY_HEAD.size
-        fixed = _FIXED.get(element_type)
+        fixed = FIXED_TYPES.get(element_type)
         if fixed is not None:
             _, dtype = fixed
             self.need(count * dtype.itemsize, f"an array of {count} values")

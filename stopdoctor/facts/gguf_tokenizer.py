@@ -87,7 +87,10 @@ def _set_bos_eos(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:
     eos = header.token(header.eos_id) if header.eos_id is not None else None
     add_bos = add_bos and bos is not None
     add_eos = bool(header.add_eos) and eos is not None
-    single = f"{(bos.text + ':0 ') if add_bos else ''}$A:0{(' ' + eos.text + ':0') if add_eos else ''}"
-    pair = f"{single}{(' ' + bos.text + ':1') if add_bos else ''} $B:1{(' ' + eos.text + ':1') if add_eos else ''}"
-    special = ([(bos.text, bos.id)] if add_bos else []) + ([(eos.text, eos.id)] if add_eos else [])
+    # The template names each special token by a key of its own, not by its text: a text holding
+    # a space or a colon (`<b:s>`) cannot be written in TemplateProcessing's "TOKEN:TYPE" syntax.
+    single = f"{'bos:0 ' if add_bos else ''}$A:0{' eos:0' if add_eos else ''}"
+    pair = f"{single}{' bos:1' if add_bos else ''} $B:1{' eos:1' if add_eos else ''}"
+    special = ([{"id": "bos", "ids": [bos.id], "tokens": [bos.text]}] if add_bos else []) + (
+        [{"id": "eos", "ids": [eos.id], "tokens": [eos.text]}] if add_eos else [])
     backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)

@@ -94,6 +94,13 @@ class SafetensorsTensor:
     start: int  # absolute byte offset of its data in the file
     nbytes: int
 
+    @property
+    def elements(self) -> int:
+        count = 1
+        for extent in self.shape:
+            count *= extent
+        return count
+
 
 @dataclass(frozen=True)
 class SafetensorsHeader:
@@ -101,6 +108,10 @@ class SafetensorsHeader:
     size: int
     tensors: Mapping[str, SafetensorsTensor]
     metadata: Mapping[str, str]
+
+    @property
+    def elements(self) -> int:
+        return sum(tensor.elements for tensor in self.tensors.values())
 
 
 def read_header(source: ByteSource) -> SafetensorsHeader:
@@ -150,7 +161,8 @@ def read_header(source: ByteSource) -> SafetensorsHeader:
             raise fail(f"tensor {shown} has no valid data_offsets [begin, end]")
         begin, end = offsets
         if end > data_size:
-            raise fail(f"tensor {shown}'s data ends at byte {end} of the data, which holds only {data_size} bytes")
+            raise fail(f"tensor {shown}'s data ends at byte {end} of the data, which holds only {data_size} bytes: "
+                       "truncated or corrupt")
         elements = 1
         for extent in shape:
             elements *= extent
@@ -158,8 +170,24 @@ def read_header(source: ByteSource) -> SafetensorsHeader:
             raise fail(f"tensor {shown}: shape {shape[:MAX_DIMS]} of {dtype} needs {elements * ITEM_SIZES[dtype]} bytes, "
                        f"its data_offsets give {end - begin}")
         tensors[tensor_name] = SafetensorsTensor(tensor_name, dtype, tuple(shape), data_start + begin, end - begin)
+    position = data_start
+    for tensor in sorted(tensors.values(), key=lambda t: (t.start, t.nbytes)):
+        # as safetensors' own validate(): the tensors' data contiguous, in order, covering the data
+        if tensor.start != position:
+            raise fail(f"tensor {tensor.name[:80]!r} starts at byte {tensor.start - data_start} of the data, "
+                       f"expected {position - data_start}")
+        position = tensor.start + tensor.nbytes
+    if position != source.size:
+        raise fail(f"the tensors' data ends at byte {position - data_start} but the file holds {data_size} bytes "
+                   "of data: truncated or corrupt")
     return SafetensorsHeader(name, source.size, MappingProxyType(tensors),
                              MappingProxyType({str(k): str(v) for k, v in metadata.items()}))
+
+
+def read_file_header(path: str | Path) -> SafetensorsHeader:
+    """The checked header of a local safetensors file (`generate` reads it before torch loads)."""
+    with LocalFile(path) as source:
+        return read_header(source)
 
 
 def _whole(value: object) -> bool:

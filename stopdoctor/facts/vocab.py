@@ -233,6 +233,10 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises plain Exception subclasses
         raise _tokenizer_file_error(path, exc) from exc
+    # transformers turns the file's padding and truncation off on every call unless asked (a
+    # `Fixed` padding of 30 million would pad each prompt to gigabytes); every encode here does too.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     vocab.tokenizer_file = path
     vocab._tokenizer = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
     vocab.complete = True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,13 +27,17 @@ from typing import Any
 import jinja2
 import jinja2.exceptions
 import jinja2.ext
+import jinja2.filters
 import jinja2.nodes
+import jinja2.sandbox
 import jinja2.utils
+import markupsafe
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from stopdoctor.template.limits import LimitExceeded, check_format_string, check_text, current_budget, predict_binop, predict_call, predict_filter
+from stopdoctor.template.limits import (LimitExceeded, check_format_spec, check_format_string, check_strftime, check_text,
+                                        current_budget, predict_binop, predict_call, predict_filter)
 
 
 class TemplateRaised(jinja2.exceptions.TemplateError):
@@ -80,7 +85,47 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
 
 
 def _strftime_now(format: str) -> str:  # noqa: A002 - the template calls it positionally
+    check_strftime(format, current_budget())
     return datetime.now().strftime(format)
+
+
+@jinja2.pass_environment
+def _sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0) -> Any:
+    """jinja's `sum`, one addition at a time under the budget: Python's sum() of lists or strings
+    is one call that copies the growing total each step (quadratic), which no deadline interrupts."""
+    if attribute is not None:
+        iterable = map(jinja2.filters.make_attrgetter(environment, attribute), iterable)
+    budget = current_budget()
+    total = start
+    for item in iterable:
+        budget.tick()
+        predict_binop("+", total, item, budget)
+        total = budget.produced(total + item)
+    return total
+
+
+class _MeteredFormatting:
+    """str.format and format_map in the sandbox: each field's spec is checked once resolved (a
+    nested `{0:{1}}` width is known only then) and the fields' text is counted as it is built."""
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        budget = current_budget()
+        budget.tick()
+        check_format_spec(format_spec, budget)
+        check_text(value, budget, "a formatted field's text")
+        text = super().format_field(value, format_spec)  # type: ignore[misc]
+        self.built = getattr(self, "built", 0) + len(text)
+        if self.built > budget.max_value:
+            raise LimitExceeded(f"a formatted string would be over {budget.max_value} characters")
+        return text
+
+
+class _MeteredFormatter(_MeteredFormatting, jinja2.sandbox.SandboxedFormatter):
+    pass
+
+
+class _MeteredEscapeFormatter(_MeteredFormatting, jinja2.sandbox.SandboxedEscapeFormatter):
+    pass
 
 
 class _TemplateDict:
@@ -299,6 +344,7 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
             finalize=_finalize,
         )
         self.filters["tojson"] = _tojson
+        self.filters["sum"] = _sum
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.globals["lipsum"] = _lipsum
         self.globals["raise_exception"] = _raise_exception
@@ -306,6 +352,30 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         self.globals["dict"] = _TemplateDict()
         self.globals["namespace"] = _TemplateNamespace
         self._limits_ext = self.extensions[_LimitsExtension.identifier]
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """jinja's wrapper of `str.format`/`format_map` (reached on attribute access), with the
+        metered formatter in place of its SandboxedFormatter."""
+        if not isinstance(value, (types.MethodType, types.BuiltinMethodType)) or value.__name__ not in (
+                "format", "format_map") or not isinstance(value.__self__, str):
+            return None
+        text = value.__self__
+        is_format_map = value.__name__ == "format_map"
+        if isinstance(text, markupsafe.Markup):
+            formatter: Any = _MeteredEscapeFormatter(self, escape=text.escape)
+        else:
+            formatter = _MeteredFormatter(self)
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            if is_format_map:
+                if kwargs:
+                    raise TypeError("format_map() takes no keyword arguments")
+                if len(args) != 1:
+                    raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+                kwargs, args = args[0], ()
+            return type(text)(formatter.vformat(text, args, kwargs))
+
+        return functools.update_wrapper(wrapper, value)
 
     @staticmethod
     def stopdoctor_buffer() -> _GuardedBuffer:

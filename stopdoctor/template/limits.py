@@ -273,6 +273,9 @@ def predict_filter(name: str, args: tuple, kwargs: dict, budget: Budget) -> None
             budget.check_int(len(value) + breaks * wrap_len, "a wrapped string of size")
     elif name == "format":
         check_format_string(value, budget, brace=False)
+        if "*" in value:
+            for param in (*params, *kwargs.values()):
+                budget.check_int(param, "format width")
         if params or kwargs:
             biggest = max(_text_size(v, budget.max_value) for v in (*params, *kwargs.values()))
             budget.check_int(len(value) + value.count("%") * biggest, "a formatted string of size")
@@ -286,20 +289,55 @@ _STRINGIFYING_FILTERS = frozenset({
 })
 
 
-# '%10000000d', '%.9999999f', '{:>10000000}': widths that allocate before we could measure them.
-_PERCENT_WIDTH_RE = re.compile(r"%[-#0 +]*(\d*)(?:\.(\d+))?")
+# '%10000000d', '%(a).9999999f', '{:>10000000}': widths and precisions that allocate inside one C
+# call, before the result could be measured. A %-directive may name a mapping key first.
+_PERCENT_WIDTH_RE = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\d*)(?:\.(\d+))?")
 _BRACE_WIDTH_RE = re.compile(r"\{[^{}]*:[^{}\d]*(\d+)(?:\.(\d+))?[^{}]*\}")
+_DIGITS_RE = re.compile(r"\d+")
+# Longest text one strftime directive writes without a width (`%c`, a long weekday name).
+_STRFTIME_DIRECTIVE_CHARS = 64
+_STRFTIME_WIDTH_RE = re.compile(r"%[-_0^#]*(\d*)")
+
+
+def _widths(groups: Iterator[str], budget: Budget) -> int:
+    """The sum of the widths/precisions in `groups`; one over the output limit is refused at once
+    (and never converted: `int()` of a 5000-digit width would be slow)."""
+    total = 0
+    for group in groups:
+        if group:
+            if len(group) > 9:
+                raise LimitExceeded(f"a format width of {len(group)} digits is over the "
+                                    f"{budget.max_value}-character output limit")
+            total += int(group)
+    return total
 
 
 def check_format_string(fmt: Any, budget: Budget, brace: bool) -> None:
-    """Refuse a %-style (or, with `brace`, str.format) width or precision that would allocate
-    more than the largest value allowed."""
+    """Refuse a %-style (or, with `brace`, str.format) format whose widths and precisions add up to
+    more than the largest value allowed, before the one call that would build it."""
     if not isinstance(fmt, str):
         return
-    for match in (_BRACE_WIDTH_RE if brace else _PERCENT_WIDTH_RE).finditer(fmt):
-        for group in match.groups():
-            if group and len(group) > 6:
-                budget.check_int(int(group), "format width")
+    pattern = _BRACE_WIDTH_RE if brace else _PERCENT_WIDTH_RE
+    extra = _widths((group for match in pattern.finditer(fmt) for group in match.groups()), budget)
+    if extra:
+        budget.check_int(len(fmt) + extra, "a formatted string of size")
+
+
+def check_format_spec(spec: Any, budget: Budget) -> None:
+    """Refuse one str.format field's spec (`>1999999999`, `.1999999999f`; nested `{0:{1}}` specs
+    arrive here resolved) whose width or precision is over the largest value allowed."""
+    if isinstance(spec, str) and spec:
+        budget.check_int(_widths(iter(_DIGITS_RE.findall(spec)), budget), "a format width")
+
+
+def check_strftime(fmt: Any, budget: Budget) -> None:
+    """Refuse a strftime format whose output (widths like `%1000Y` repeated) would be over the
+    largest value allowed: the C library writes it in one call."""
+    if not isinstance(fmt, str):
+        return
+    widths = [match.group(1) for match in _STRFTIME_WIDTH_RE.finditer(fmt)]
+    size = len(fmt) + len(widths) * _STRFTIME_DIRECTIVE_CHARS + _widths(iter(widths), budget)
+    budget.check_int(size, "a strftime result of size")
 
 
 def predict_binop(op: str, left: Any, right: Any, budget: Budget) -> None:

@@ -37,15 +37,19 @@ def cpu_threads(environ: Mapping[str, str] | None = None) -> int:
     STOPDOCTOR_THREADS overrides."""
     environ = os.environ if environ is None else environ
     explicit = environ.get("STOPDOCTOR_THREADS", "").strip()
-    if explicit:
-        try:
-            return max(1, int(explicit))
-        except ValueError:
-            raise InputError(f"STOPDOCTOR_THREADS={explicit!r}: not a whole number") from None
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
+    if explicit:
+        try:
+            threads = int(explicit) if len(explicit) < 10 else -1
+        except ValueError:
+            raise InputError(f"STOPDOCTOR_THREADS={explicit[:20]!r}: not a whole number") from None
+        if not 1 <= threads <= cores:
+            # OpenMP allocates per thread: a billion threads is an out-of-memory abort, not a setting.
+            raise InputError(f"STOPDOCTOR_THREADS={explicit[:20]}: must be between 1 and the {cores} cores this process may use")
+        return threads
     try:
         others = max(0.0, os.getloadavg()[0] - 1.0)  # the load besides this process
     except OSError:
@@ -179,6 +183,57 @@ def _weights_format(source: ModelSource, allow_pickle: bool) -> bool | None:
                      hint="stopdoctor inspect needs only the config files; generate needs the weights")
 
 
+# More parameters than this is not a model anyone runs on one machine (the largest open ones have ~2T).
+MAX_PARAMETERS = 10**13
+
+
+def check_weights(facts: ModelFacts) -> None:
+    """Before torch is imported: the weights must be sound safetensors files (their headers read by
+    the guarded reader) holding at least the parameters config.json describes. transformers
+    initialises whatever the weights lack at random and runs that silently, so weights with no
+    tensors, or a config.json that describes a bigger model (hidden_size 2^31, a million layers),
+    would be reported as the model's behaviour; and a huge config allocates for minutes first."""
+    from stopdoctor.facts.safetensors import read_file_header
+
+    source = facts.source
+    described = _described_parameters(facts.documents.get("config.json", {}))
+    if described is not None and described[0] > MAX_PARAMETERS:
+        raise InputError(f"config.json describes a model of at least {described[0]:.3g} parameters ({described[1]})",
+                         hint="no model that size runs on one machine; the config.json is corrupt")
+    if source.kind != "folder":
+        return
+    files = sorted(source.root.glob("*.safetensors"))
+    if not files:
+        return  # pickled .bin weights (--allow-pickle): not read before they are loaded
+    elements = sum(read_file_header(path).elements for path in files)
+    if elements == 0:
+        raise InputError(f"{source.root}: the .safetensors weights hold no tensors",
+                         hint="transformers would run a randomly initialised model; download the weights again")
+    # Packed 4-bit weights hold an eighth of their linear layers' elements; the embedding alone
+    # is most of this lower bound and is never packed, so half of it is a safe floor.
+    if described is not None and elements * 2 < described[0]:
+        raise InputError(f"config.json describes at least {described[0]:,} parameters ({described[1]}), but the "
+                         f".safetensors weights hold {elements:,}",
+                         hint="transformers would initialise the rest at random; the weights and config.json do not belong together")
+
+
+def _described_parameters(config: Any) -> tuple[int, str] | None:
+    """A lower bound on the parameters config.json describes: the embedding (vocab x hidden) and one
+    hidden x hidden matrix a layer (every decoder layer has an attention output at least that big)."""
+    if not isinstance(config, dict):
+        return None
+    text = next((config[k] for k in ("text_config", "language_config", "llm_config")
+                 if isinstance(config.get(k), dict) and "hidden_size" in config[k]), config)
+    values = {}
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        value = text.get(key, config.get(key))
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            return None
+        values[key] = value
+    vocab, hidden, layers = values["vocab_size"], values["hidden_size"], values["num_hidden_layers"]
+    return vocab * hidden + layers * hidden * hidden, f"vocab_size {vocab}, hidden_size {hidden}, num_hidden_layers {layers}"
+
+
 @dataclass
 class LocalEngine:
     """A loaded model and the vocabulary it is decoded with."""
@@ -195,6 +250,9 @@ class LocalEngine:
              progress: Progress | None = None) -> LocalEngine:
         """`progress(message)` hears what the load is doing (a GGUF's first conversion takes a while)."""
         progress = progress or (lambda message: None)
+        if facts.source.kind == "folder":
+            _weights_format(facts.source, allow_pickle)  # no weights, or only pickles: said before the checks
+        check_weights(facts)
         torch = require_torch()
         from transformers import AutoModelForCausalLM
 
@@ -234,7 +292,14 @@ class LocalEngine:
             kwargs["use_safetensors"] = _weights_format(source, allow_pickle)
             if source.revision:
                 kwargs["revision"] = source.revision
-            model = _load_quietly(source, AutoModelForCausalLM, target, kwargs, progress, None)
+            model, info = _load_quietly(source, AutoModelForCausalLM, target, dict(kwargs, output_loading_info=True),
+                                        progress, None)
+            missing = list(info.get("missing_keys") or [])
+            if missing:
+                # transformers initialises these at random and runs anyway: the output would not be the model's.
+                raise InputError(f"{source.spec}: the weights lack {len(missing)} of the model's tensors "
+                                 f"(e.g. {sorted(missing)[0][:80]}), which transformers would initialise at random",
+                                 hint="download the weights again; they do not match config.json")
         model.to(device)
         model.eval()
         return cls(model, facts, device, _torch=torch)

@@ -4,12 +4,12 @@ one `GenerateRequest`, which the result carries. Also what every engine shares: 
 interface, and how a stop id that ended generation is named (`stop_cause`).
 
 Imports: core, facts, template (the prompt is rendered in the sandbox), runtimes (stop sets),
+actions.render (the guarded --messages reader, lazily),
 analysis (Analysis, the generation data classes). Never torch or transformers.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -170,18 +170,49 @@ def _with_system_flag(messages: list[dict], flag: str | None) -> list[dict]:
 
 
 def read_messages(path: Path) -> list[dict]:
-    """A JSON list of {role, content} messages (or {"messages": [...]})."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InputError(f"{path}: cannot be read: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
-    if isinstance(data, dict):
-        data = data.get("messages")
-    if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in data):
+    """A JSON list of {role, content} messages (or {"messages": [...]}), read as `render --messages`
+    reads it: a regular file of at most 16 MB, UTF-8, bounded nesting and integers (one guarded
+    reader for every user file); generate takes one conversation."""
+    from stopdoctor.actions.render import load_conversations
+
+    conversations = load_conversations(path)
+    if len(conversations) != 1:
+        raise InputError(f"{Path(path).name}: holds {len(conversations)} conversations; generate runs one",
+                         hint="give one JSON list of messages")
+    data = conversations[0]
+    if not all(isinstance(m.get("role"), str) for m in data):
         raise InputError(f"{path}: expected a JSON list of messages with a role", hint='[{"role": "user", "content": "Hi"}]')
     return data
+
+
+def check_context(facts: ModelFacts, prompt: Prompt, max_new_tokens: int) -> None:
+    """Refuse a prompt that, with the token budget, does not fit in the model's context
+    (`max_position_embeddings`, a GGUF's `<arch>.context_length`): past it the model's output
+    means nothing, and a prompt of a million tokens would take hours on a CPU."""
+    context, where = model_context_length(facts)
+    if context is not None and len(prompt.ids) + max_new_tokens > context:
+        raise InputError(f"the prompt is {len(prompt.ids)} tokens; with --max-new-tokens {max_new_tokens} that is more than "
+                         f"the model's context of {context} tokens ({where})",
+                         hint="shorten the prompt or lower --max-new-tokens")
+
+
+def model_context_length(facts: ModelFacts) -> tuple[int | None, str]:
+    """The longest sequence the model takes, and where that is written; (None, "") when unknown."""
+    if facts.gguf is not None:
+        key = f"{facts.gguf.architecture}.context_length"
+        value = facts.gguf.get(key)
+        return (value, key) if _positive(value) else (None, "")
+    config = facts.documents.get("config.json", {})
+    for nested in ("", "text_config", "language_config", "llm_config"):
+        document = config.get(nested) if nested else config
+        value = document.get("max_position_embeddings") if isinstance(document, dict) else None
+        if _positive(value):
+            return value, f"config.json {nested + '.' if nested else ''}max_position_embeddings"
+    return None, ""
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def stop_cause(stop: StopId, facts: ModelFacts, step: int) -> StopCause:

@@ -8,6 +8,7 @@ Imports: core, facts, analysis (the generation data classes), actions.generate.r
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -54,7 +55,7 @@ class ServerEngine:
         except urllib.error.HTTPError as error:
             detail = error.read().decode("utf-8", "replace")[:500]
             raise ServerRejected(error.code, detail) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:  # incl. InvalidURL, a cut reply
             reason = getattr(error, "reason", error)
             raise InputError(f"{self.url}: cannot reach the server: {reason}",
                              hint="check --server (e.g. http://127.0.0.1:8000) and that the server is up") from None

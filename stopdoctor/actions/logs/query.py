@@ -10,13 +10,14 @@ that table. The text of an answer is kept only where a cheap SQL prefilter (a su
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), actions.logs (groups, inputs, records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -26,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
-from stopdoctor.core.errors import InputError, MissingDependencyError, require_file
+from stopdoctor.core.errors import InputError, MissingDependencyError
+from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
 from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
@@ -58,7 +60,6 @@ def _connect():
     except ImportError:
         raise MissingDependencyError("stopdoctor logs needs the duckdb package",
                                      hint="pip install duckdb (or reinstall stopdoctor)") from None
-    import tempfile
 
     con = duckdb.connect()
     # Line numbering holds a file's lines until they are numbered; past memory they spill here,
@@ -112,8 +113,7 @@ def _check_inputs(paths: Sequence[str]) -> None:
     for path in paths:
         if is_remote(path):
             continue
-        require_file(path)
-
+        check_log_file(path)
 
 RUNNING_DONE = 99.9  # the most progress reported before the query has returned
 
@@ -162,6 +162,19 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     started = time.perf_counter()
     con, duckdb = _connect()
     con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
+    aliases = tempfile.TemporaryDirectory(prefix="stopdoctor-logs-")
+    try:
+        lines = _read_files(con, duckdb, paths, vocabulary, settings, on_progress, Path(aliases.name))
+    finally:
+        aliases.cleanup()
+    return records_report(con, paths, vocabulary, settings, lines, started)
+
+
+def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
+                on_progress: Callable[[str, float], None] | None, folder: Path) -> int:
+    """Normalise every file into `rec`; the number of lines read. DuckDB is given each path
+    literally (`literal_path`); a file it refuses for a line that is not UTF-8 is read again from a
+    copy where that line is bad."""
     line_counts = 0
     for index, path in enumerate(paths):
         def progress(start: float, span: float, p: str = path):
@@ -172,29 +185,34 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 on_progress(p, 100.0 if value >= 100 else min(value, RUNNING_DONE))
             return report
 
-        try:
-            source = source_sql(path, con)
-            if not is_parquet(path):
-                # Number the lines first (one ordered pass, no parsing), so that the parsing below
-                # runs on every core: numbering in the same pipeline would keep it on one.
-                _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
-                source = "lines"
-            query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-            _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
-                 progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
-            con.execute("DROP TABLE IF EXISTS lines")
-            line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
-            # A streamed response: its chunk rows grouped into one answer each.
-            if con.execute("SELECT count(*) FROM rec WHERE file = ? AND chunks = 0", [path]).fetchone()[0]:
-                con.execute("CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec "
-                            "WHERE file = ? AND chunks = 0", [path])
-                con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})")
-                con.execute("DELETE FROM rec WHERE chunks = 0")
-                con.execute("DROP TABLE chunk_rows")
-        except duckdb.Error as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise InputError(f"{path}: cannot read it as JSONL/Parquet: {first}") from None
-    return records_report(con, paths, vocabulary, settings, line_counts, started)
+        readable = path if is_remote(path) else literal_path(path, index, folder)
+        for attempt in range(2):
+            try:
+                source = source_sql(readable, con)
+                if not is_parquet(path):
+                    # Number the lines first (one ordered pass, no parsing), so that the parsing below
+                    # runs on every core: numbering in the same pipeline would keep it on one.
+                    _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
+                    source = "lines"
+                query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
+                _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
+                     progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
+                con.execute("DROP TABLE IF EXISTS lines")
+                break
+            except duckdb.Error as error:
+                if attempt == 0 and is_encoding_error(str(error)) and not is_parquet(path) and not is_remote(path):
+                    readable = utf8_copy(path, index, folder)
+                    continue
+                raise read_error(path, str(error)) from None
+        line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
+        # A streamed response: its chunk rows grouped into one answer each.
+        if con.execute("SELECT count(*) FROM rec WHERE file = ? AND chunks = 0", [path]).fetchone()[0]:
+            con.execute("CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec "
+                        "WHERE file = ? AND chunks = 0", [path])
+            con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})")
+            con.execute("DELETE FROM rec WHERE chunks = 0")
+            con.execute("DROP TABLE chunk_rows")
+    return line_counts
 
 
 def open_records():

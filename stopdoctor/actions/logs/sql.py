@@ -80,8 +80,7 @@ def source_sql(path: str, con=None) -> str:
         return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
     return ("(SELECT ordinality AS line_no, line FROM read_csv("
             f"{sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
-            "header = false, auto_detect = false, max_line_size = 67108864, buffer_size = 134217728, "
-            "compression = 'auto') "
+            "header = false, auto_detect = false, max_line_size = 8388608, compression = 'auto') "
             "WITH ORDINALITY)")
 
 
