@@ -376,3 +376,118 @@ def read_serving(path: Path, kind: str | None = None) -> ServingConfig:
     from stopdoctor.facts.serving import load_serving
 
     return load_serving(path, kind)
+
+
+# --- generate --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """A `generate` request checked before the (slow) model load: the model's context, the prompts
+    (two with thinking both), the stop set, and the reference answers a local run measures the
+    weights on when it goes to the budget."""
+
+    context: Any  # stopdoctor.actions.generate.run.ModelContext
+    prompts: list[Any]  # stopdoctor.actions.generate.request.Prompt
+    stops: Any  # stopdoctor.actions.generate.request.StopSet, None for the fragment test
+    reference: Any = None
+
+
+def plan_generation(spec: str, revision: str | None = None, *, messages: list[dict] | None = None,
+                    messages_file: Path | None = None, prompt: str | None = None, raw: bool = False,
+                    thinking: str | None = None, stops: str | None = None, stop_ids: Iterable[int] = (),
+                    stop_strings: Iterable[str] = (), max_new_tokens: int = 64, local: bool = True,
+                    fragment: bool = False) -> GenerationPlan:
+    """`stopdoctor generate`, before any model loads: the prompt rendered (with each thinking mode
+    asked for), the stop set resolved (stop strings read with `stop_string`), the prompt checked
+    against the model's context. The fragment test builds its own prompts and stops."""
+    from stopdoctor.actions.generate.request import build_prompt, check_context, read_messages, resolve_stops
+    from stopdoctor.actions.generate.run import load_context
+
+    context = load_context(spec, revision)
+    if fragment:
+        return GenerationPlan(context, [], None)
+    chat = messages if messages is not None else (read_messages(messages_file) if messages_file else None)
+    from stopdoctor.analysis.reasoning_run import thinking_calls
+
+    calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]
+    prompts = [build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw, thinking=call) for call in calls]
+    stop_set = resolve_stops(context.analysis, stops, list(stop_ids), [stop_string(s) for s in stop_strings])
+    reference = None
+    if local:
+        for built in prompts:
+            check_context(context.facts, built, max_new_tokens)
+        from stopdoctor.actions.stop_odds import reference_contexts
+
+        # rendered now: if the run goes to the budget, these say whether the weights can end a turn
+        reference = reference_contexts(context.facts, context.analysis)
+    return GenerationPlan(context, prompts, stop_set, reference)
+
+
+def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
+                 progress: Callable[[str], None] | None = None) -> Any:
+    """The model loaded with transformers (torch, imported here, lazily)."""
+    from stopdoctor.actions.generate.local import LocalEngine
+
+    return LocalEngine.load(plan.context.facts, device=device, allow_pickle=allow_pickle, progress=progress)
+
+
+def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None = None, model_name: str | None = None,
+                  stream: bool = False) -> Any:
+    """An OpenAI-compatible server as the engine, serving the model `spec` names."""
+    from stopdoctor.actions.generate.server import ServerEngine
+
+    engine = ServerEngine(url, route=route, model_name=model_name, facts=plan.context.facts, stream=stream)
+    engine.pick_model(spec, plan.context.facts.source.root)
+    return engine
+
+
+def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Any:
+    """Greedy at temperature 0, as every runtime's temperature=0 is."""
+    from stopdoctor.actions.generate.request import Sampling
+
+    return Sampling(temperature, top_p, seed)
+
+
+def generate(plan: GenerationPlan, engine: Any, prompt: Any, max_new_tokens: int, how: Any = None) -> Any:
+    """One generation of `prompt`, stopped as the plan's stop set says, and diagnosed: a
+    `stopdoctor.actions.generate.run.GenerateResult`."""
+    from stopdoctor.actions.generate.run import run_generate
+
+    return run_generate(plan.context, engine, prompt, plan.stops, max_new_tokens, how or sampling())
+
+
+def needs_stop_evidence(plan: GenerationPlan, result: Any) -> bool:
+    """A local run that went to the budget with no sign of a runaway: measure whether the weights
+    can end a turn at all (a budget spent thinking is said as such, not measured as weights)."""
+    thinking_ran_out = result.reasoning is not None and result.reasoning.ran_out_thinking
+    return (plan.reference is not None and result.generation.finish_reason == "length"
+            and not result.diagnosis.runaway_signs and not thinking_ran_out)
+
+
+def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
+    """P(end-of-turn) on reference answers and the end-of-turn rows: `actions.stop_odds.StopEvidence`."""
+    from stopdoctor.actions.stop_odds import stop_evidence as measure
+
+    return measure(plan.context.facts, plan.context.analysis, engine, plan.reference)
+
+
+def generation_exit_code(result: Any, evidence: Any = None) -> int:
+    """1 on a runaway (a next turn written, the budget reached after a turn-ending token, weights
+    that never learned to stop, a stream that showed other text than the answer), else 0."""
+    from stopdoctor.analysis.diagnose import exit_code
+
+    if evidence is not None and evidence.never_stops:
+        return 1  # a runaway the weights cause: no stop configuration ends it
+    code = exit_code(result.generation, result.diagnosis)
+    streamed = (result.generation.server or {}).get("stream")
+    if streamed is not None and any(issue["kind"] != "no-done" for issue in streamed["issues"]):
+        return max(1, code)  # the client saw other text than the answer
+    return code
+
+
+def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any:
+    """The quick base-vs-instruct probe by behaviour: a `FragmentVerdict`."""
+    from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
+
+    return run_fragment_test(plan.context, engine, max_new_tokens)

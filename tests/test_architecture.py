@@ -72,3 +72,16 @@ def test_every_module_says_what_lives_there():
     missing = [name for name, path in _modules().items()
                if path.stat().st_size and ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) is None]
     assert not missing, missing
+
+
+def test_the_command_line_goes_through_the_public_entry_points():
+    """cli/ imports the public entry points (api, config, gate, fix), plain data (core) and the
+    reporters, never the stages themselves: every command goes through `stopdoctor.api`. The
+    one exception is the command-wide template render deadline that `cli.app` sets."""
+    allowed = ("stopdoctor.api", "stopdoctor.config", "stopdoctor.gate", "stopdoctor.fix", "stopdoctor.core",
+               "stopdoctor.reporters", "stopdoctor.cli")
+    exceptions = {("stopdoctor.cli.app", "stopdoctor.template.limits")}
+    wrong = [f"{name} imports {target}" for name, path in _modules().items() if name.startswith("stopdoctor.cli")
+             for target, _ in _imports(path)
+             if target != "stopdoctor" and not target.startswith(allowed) and (name, target) not in exceptions]
+    assert not wrong, "\n".join(wrong)

@@ -73,11 +73,8 @@ def generate(
     color: ColorOpt = None,
 ) -> int:
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
+    from stopdoctor import api
     from stopdoctor.core.errors import InputError
-    from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.generate.request import Sampling, build_prompt, check_context, read_messages, resolve_stops
-    from stopdoctor.actions.generate.server import ServerEngine
-    from stopdoctor.actions.generate.run import fragment_test as run_fragment_test, load_context
 
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
@@ -110,46 +107,27 @@ def generate(
     if thinking is not None and raw:
         raise InputError("--thinking switches the chat template; --raw sends no template")
 
-    context = load_context(model, revision)
-    # Everything that can be wrong with the request is checked before the (slow) model load.
-    if not fragment_test:
-        chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else (read_messages(messages) if messages else None)
-        from stopdoctor.analysis.reasoning_run import thinking_calls
-
-        calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]
-        prompts = [build_prompt(context.facts, messages=chat, prompt=prompt, raw=raw, thinking=call) for call in calls]
-        from stopdoctor.actions.probe import parse_escapes
-
-        # The one escape rule of every command that takes a stop string (probe-stop, labels --eot-token).
-        stop_set = resolve_stops(context.analysis, stops, list(stop_id or []), [parse_escapes(s) for s in stop or []])
-        if server is None:
-            for built in prompts:
-                check_context(context.facts, built, max_new_tokens)
-    reference = None
-    if server is None and not fragment_test:
-        from stopdoctor.actions.stop_odds import reference_contexts
-
-        # rendered now: if the run goes to the budget, these say whether the weights can end a turn
-        reference = reference_contexts(context.facts, context.analysis)
+    chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else None
+    plan = api.plan_generation(model, revision, messages=chat, messages_file=messages, prompt=prompt, raw=raw,
+                               thinking=thinking, stops=stops, stop_ids=stop_id or [], stop_strings=stop or [],
+                               max_new_tokens=max_new_tokens, local=server is None, fragment=fragment_test)
     if server is not None:
-        engine = ServerEngine(server, route=route, model_name=server_model, facts=context.facts, stream=stream)
-        engine.pick_model(model, context.facts.source.root)
+        engine = api.server_engine(plan, server, model, route=route, model_name=server_model, stream=stream)
     else:
         with working(f"loading {model} with transformers…") as status:
-            engine = LocalEngine.load(context.facts, device=device, allow_pickle=allow_pickle, progress=status.update)
+            engine = api.local_engine(plan, device=device, allow_pickle=allow_pickle, progress=status.update)
 
     if fragment_test:
         from stopdoctor.reporters.generation import render_fragment_human, render_fragment_json
 
         with working("running the fragment test…"):
-            verdict = run_fragment_test(context, engine, max_new_tokens)
+            verdict = api.fragment_test(plan, engine, max_new_tokens)
         emit(render_fragment_json(model, verdict) if json else
              render_fragment_human(model, verdict, color_for_stdout(color), width_for_stdout()))
         return 0
 
-    sampling = Sampling(temperature, top_p, seed)
-    runs = [_run_one(context, engine, built, stop_set, max_new_tokens, sampling, server is not None, reference)
-            for built in prompts]
+    how = api.sampling(temperature, top_p, seed)
+    runs = [_run_one(plan, engine, built, max_new_tokens, how, server is not None) for built in plan.prompts]
     if json:
         from stopdoctor.reporters.generation import render_generation_json, render_generation_runs_json
 
@@ -162,30 +140,18 @@ def generate(
     return max(code for *_, code in runs)
 
 
-def _run_one(context, engine, built, stop_set, max_new_tokens, sampling, served: bool, reference):
-    """One generation, its fix and its stop evidence, and its exit code."""
-    from stopdoctor.analysis.diagnose import exit_code
-    from stopdoctor.actions.generate.run import run_generate
-    from stopdoctor.cli.output import working
+def _run_one(plan, engine, built, max_new_tokens, how, served: bool):
+    """One generation, its fix line and its stop evidence, and its exit code."""
+    from stopdoctor import api
     from stopdoctor.fix import generate_fix
 
     mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
     with working(f"generating up to {max_new_tokens} tokens{mode}…"):
-        result = run_generate(context, engine, built, stop_set, max_new_tokens, sampling)
+        result = api.generate(plan, engine, built, max_new_tokens, how)
     missed = result.diagnosis.should_have_stopped
-    fix = generate_fix(context.analysis, missed.id, missed.text, stop_set.source, served) if missed else None
+    fix = generate_fix(plan.context.analysis, missed.id, missed.text, plan.stops.source, served) if missed else None
     evidence = None
-    thinking_ran_out = result.reasoning is not None and result.reasoning.ran_out_thinking
-    if not served and result.generation.finish_reason == "length" and not result.diagnosis.runaway_signs \
-            and not thinking_ran_out:  # a budget spent thinking is said as such, not measured as weights
-        from stopdoctor.actions.stop_odds import stop_evidence
-
+    if api.needs_stop_evidence(plan, result):
         with working("the run went to the budget: measuring whether the weights can end a turn…"):
-            evidence = stop_evidence(context.facts, context.analysis, engine, reference)
-    if evidence is not None and evidence.never_stops:
-        return result, fix, evidence, 1  # a runaway the weights cause: no stop configuration ends it
-    streamed = (result.generation.server or {}).get("stream")
-    if streamed is not None and any(i["kind"] != "no-done" for i in streamed["issues"]):
-        # the client saw other text than the answer
-        return result, fix, evidence, max(1, exit_code(result.generation, result.diagnosis))
-    return result, fix, evidence, exit_code(result.generation, result.diagnosis)
+            evidence = api.stop_evidence(plan, engine)
+    return result, fix, evidence, api.generation_exit_code(result, evidence)
