@@ -173,7 +173,6 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
-    from stopdoctor.actions.labels.result import LabelSettings
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stopdoctor.actions.edits import FileEdit, FixPlan

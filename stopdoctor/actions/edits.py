@@ -10,8 +10,10 @@ import difflib
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from stopdoctor.core.errors import InputError
 
@@ -133,16 +135,23 @@ def refuse_linked(path: Path) -> None:
 def stage(path: Path, text: str) -> Path:
     """`text` in a temporary file in `path`'s folder, flushed to disk, with `path`'s permissions:
     ready to be renamed over `path`. A failure leaves nothing behind."""
+    # newline="" keeps the file's own line endings: the edit text already carries them.
+    return stage_with(path, lambda handle: handle.write(text))
+
+
+def stage_with(path: Path, write: Callable[[IO], object], binary: bool = False) -> Path:
+    """What `write(handle)` writes, in a temporary file in `path`'s folder, flushed to disk, with
+    `path`'s permissions: ready to be renamed over `path`. A failure leaves nothing behind."""
     mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else 0o644
+    options = {} if binary else {"encoding": "utf-8", "newline": ""}
     try:
-        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
-                                             prefix=f".{path.name}.", suffix=".tmp", delete=False)
+        handle = tempfile.NamedTemporaryFile("wb" if binary else "w", dir=path.parent, prefix=f".{path.name}.",
+                                             suffix=".tmp", delete=False, **options)
     except OSError as exc:
         raise InputError(f"cannot write in {path.parent}: {exc.strerror or exc}; nothing was changed") from exc
     try:
         with handle:
-            # newline="" keeps the file's own line endings: the edit text already carries them.
-            handle.write(text)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(handle.name, mode)
@@ -154,12 +163,21 @@ def stage(path: Path, text: str) -> Path:
     return Path(handle.name)
 
 
+def replace_with(temp: Path, path: Path, backup: bool = False) -> None:
+    """Rename the staged `temp` over `path` (keeping the old file as FILE.bak first with `backup`);
+    a failure removes `temp` and leaves the old file whole."""
+    try:
+        if backup and path.exists():
+            keep_backup(path)
+        os.replace(temp, path)
+    except BaseException as exc:
+        temp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
+        raise
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Temp file in the same folder, flushed, then renamed over the target: a failure leaves the
     old file whole. Keeps the file's permissions."""
-    temp = stage(path, text)
-    try:
-        os.replace(temp, path)
-    except OSError as exc:
-        temp.unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
+    replace_with(stage(path, text), path)

@@ -15,15 +15,12 @@ Imports: core, facts.gguf (value types), actions.edits (link checks, backups).
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from stopdoctor.actions.edits import keep_backup, refuse_linked
+from stopdoctor.actions.edits import refuse_linked, replace_with, stage_with
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFValueType
 
@@ -161,30 +158,17 @@ def set_int_key(path: Path, key: str, value: int, backup: bool = False) -> None:
         packed = struct.pack(fmt, value)
     except struct.error:
         raise InputError(f"{path}: {value} does not fit the type of {key}") from None
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    try:
-        handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    except OSError as exc:
-        raise InputError(f"cannot write in {path.parent}: {exc.strerror or exc}; nothing was changed") from exc
-    try:
-        with handle, open(path, "rb") as source:
+
+    def write(handle) -> None:
+        with open(path, "rb") as source:
             if existing is not None:
                 _copy(source, handle, 0, layout.size)
                 handle.seek(existing[1])
                 handle.write(packed)
             else:
                 _write_added(source, handle, layout, key, packed)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, mode)
-        if backup:
-            keep_backup(path)
-        os.replace(handle.name, path)
-    except BaseException as exc:
-        Path(handle.name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write {path}: {exc.strerror or exc}; the file is unchanged") from exc
-        raise
+
+    replace_with(stage_with(path, write, binary=True), path, backup)
 
 
 def _write_added(source, target, layout: MetadataLayout, key: str, packed: bytes) -> None:

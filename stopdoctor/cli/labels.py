@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, say, stderr_is_terminal, width_for_stdout, working, write_report
+from stopdoctor.cli.output import say, stderr_is_terminal, working, write_report
 
 DataOpt = Annotated[Path, typer.Option(
     "--data", help="JSONL: one example a line, with messages (chat), prompt/completion, or text.", show_default=False)]

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, stderr_is_terminal, width_for_stdout, write_document, write_report
+from stopdoctor.cli.output import emit, stderr_is_terminal, write_document, write_report
 
 # Below this much input the report takes about a second: no progress bar.
 PROGRESS_BYTES = 64 * 1024 * 1024

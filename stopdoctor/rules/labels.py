@@ -65,7 +65,7 @@ def end_of_turn_not_trained(subject: LabelsInput, self: Check):
     a template for the families it knows, `get_training_chat_template`), or train on the full
     sequence. For Axolotl, list the end-of-turn in `eot_tokens` (e.g. `eot_tokens: ["<|im_end|>"]`).
     """
-    analysis, result = subject.analysis, subject.labels
+    result = subject.labels
     causes = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_EOT_TOKEN, OUTSIDE_TURN)
     share, indices, spans = _share(result, causes)
     if not spans:
@@ -120,7 +120,7 @@ def pad_masks_eos(subject: LabelsInput, self: Check):
     the embeddings), or use a collator that masks padding by the attention mask (TRL's
     `DataCollatorForLanguageModeling`, `DataCollatorForSeq2Seq`).
     """
-    analysis, result = subject.analysis, subject.labels
+    result = subject.labels
     share, indices, spans = _share(result, (PAD_MASKED,))
     if not spans:
         return
@@ -184,7 +184,7 @@ def truncation_drops_end_of_turn(subject: LabelsInput, self: Check):
     Fix:
     Raise the sequence length to the longest example, or drop or split the long examples.
     """
-    analysis, result = subject.analysis, subject.labels
+    result = subject.labels
     share, indices, spans = _share(result, (TRUNCATED,))
     if not spans:
         return
@@ -216,7 +216,7 @@ def eos_not_appended(subject: LabelsInput, self: Check):
     does it; `--no-append-eos` models a loop that does not); for chat rows, use a template that
     closes every assistant turn.
     """
-    analysis, result = subject.analysis, subject.labels
+    result = subject.labels
     share, indices, spans = _share(result, (ABSENT,))
     if not spans:
         return
@@ -252,7 +252,7 @@ def end_of_turn_split(subject: LabelsInput, self: Check):
     Add the marker as a special token (and resize the embeddings), or train with the template made
     for this tokenizer.
     """
-    analysis, result = subject.analysis, subject.labels
+    result = subject.labels
     share, indices, spans = _share(result, (SPLIT,))
     if not spans:
         return
@@ -290,8 +290,8 @@ def thought_training_mismatch(subject: LabelsInput, self: Check):
     Put the close marker inside the trained span (move `{% generation %}` to cover `</think>`);
     render training rows with the model's own template, or strip earlier turns' thoughts as it does.
     """
-    analysis, result = subject.analysis, subject.labels
-    reasoning = analysis.reasoning
+    result = subject.labels
+    reasoning = subject.analysis.reasoning
     if reasoning.style != "think-tags":
         return
     where = result.template.location if result.template else None

@@ -505,7 +505,7 @@ def serving_override_ignored(subject: ServingInput, self: Check):
     repetition_penalty, temperature, top_k, top_p, min_p and max_new_tokens; the stop ids come from
     `try_get_generation_config`, which never sees the override.
     """
-    analysis, serving = subject.analysis, subject.serving
+    serving = subject.serving
     if serving.kind != "vllm" or serving.override_generation_config is None:
         return
     ignored = [k for k in serving.override_generation_config.value if k in VLLM_OVERRIDE_STOP_KEYS]

@@ -14,8 +14,6 @@ Imports: actions.logs.vocabulary (the prefilter's words). Builds text only; runs
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from collections.abc import Mapping
 
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 
