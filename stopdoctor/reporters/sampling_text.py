@@ -48,19 +48,19 @@ def _line(row: RuntimeSampling) -> str:
         if value is None or value.value is None:
             continue
         shown = f"{SHORT[key]} {_value(value.value)}"
-        parts.append(shown if value.default else f"[bold]{shown}[/]")
+        parts.append(shown if value.default else f"[bold]{shown}*[/]")  # the mark reads without colour too
     mode = "greedy; " if row.greedy else ""
     return mode + ", ".join(parts)
 
 
 def print_sampling(out, facts: ModelFacts) -> None:
     """Shown when the model declares sampling or its card recommends some: each runtime's values,
-    bold where a model file set them (the rest are the runtime's defaults)."""
+    marked * (and bold) where a model file set them (the rest are the runtime's defaults)."""
     card = card_sampling(facts)
     if not facts.sampling and not card:
         return
     declared = ", ".join(f"{k} {_value(v.value)} ({v.location})" for k, v in facts.sampling.items()) or "none"
-    out.print(f"  sampling  declared: {escape(declared)}  [dim](bold below: from the model's files; the rest: runtime defaults)[/]")
+    out.print(f"  sampling  declared: {escape(declared)}  [dim](* from the model's files; the rest: runtime defaults)[/]")
     if card:
         listed = ", ".join(f"{k} {v.value}" for k, v in card.items())
         line = min(v.location.line or 0 for v in card.values())
