@@ -75,6 +75,10 @@ def session():
     if "SPARK_HOME" not in os.environ or os.environ.get("STOPDOCTOR_SPARK_MASTER"):
         builder = builder.master(os.environ.get("STOPDOCTOR_SPARK_MASTER", "local[2]"))
     builder = builder.config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+    # The per-line query is one large expression tree (every shape's fields); Catalyst's planning of
+    # it overflows the default 1 GB driver heap (java.lang.OutOfMemoryError seen in the parity test).
+    # Applies to a local session only: under spark-submit the driver is already running.
+    builder = builder.config("spark.driver.memory", os.environ.get("STOPDOCTOR_SPARK_DRIVER_MEMORY", "3g"))
     return builder.getOrCreate()
 
 
