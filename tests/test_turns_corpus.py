@@ -145,6 +145,32 @@ def test_suggested_stops_obey_the_safe_stop_rule_on_every_template(template_corp
             assert marker.kind == "header" or marker.text not in headers, (name, marker.text)
 
 
+def static_outcome(corpus: TemplateCorpus, name: str) -> str:
+    """What the syntax-tree fallback answers for a template as if nothing rendered: "exact",
+    "no answer" or "wrong" against the hand label (a wrong answer would be a harmful stop)."""
+    from stopdoctor.template.static_turns import read_close
+
+    label = LABELS[name] if name in LABELS else FRESH_LABELS[name]
+    analysed = corpus.analysed(name)
+    expected, allowed = _expected(label, analysed.special_tokens.get("eos_token"))
+    found = read_close(corpus.entries[name], analysed.special_tokens, analysed.known, "as if nothing rendered")
+    if found is None:
+        return "no answer"
+    if label["style"] == "whitespace":  # the stop is the next header's text, which the tree does not give
+        return "wrong"
+    return "exact" if found.marker in allowed and (found.marker in expected or not expected) and label["style"] != "none" else "wrong"
+
+
+def test_the_static_reading_is_never_wrong_on_a_labelled_template(template_corpus):
+    """Precision of the fallback for templates that render no plain conversation, measured on
+    every labelled template (old and fresh corpus) as if none rendered: silence, never a wrong stop."""
+    names = labelled(template_corpus) + sorted(n for n in template_corpus.entries if n in FRESH_LABELS)
+    outcomes = {name: static_outcome(template_corpus, name) for name in names}
+    wrong = [name for name, outcome in outcomes.items() if outcome == "wrong"]
+    assert not wrong, wrong
+    assert sum(o == "exact" for o in outcomes.values()) / len(outcomes) >= 0.6
+
+
 def _report(corpus: TemplateCorpus, names: list[str], labels: dict) -> None:
     rows = [evaluate(corpus, name) for name in names]
     by_source: dict[str, Counter] = {}
@@ -161,6 +187,9 @@ def _report(corpus: TemplateCorpus, names: list[str], labels: dict) -> None:
               f"style agrees {count['style agrees']}")
     print(f"{'all':12} {total['templates']:4} templates  exact {total['exact']:4} "
           f"({100 * total['exact'] / max(total['templates'], 1):.1f} %)  harmful {total['harmful']}  style agrees {total['style agrees']}")
+    static = Counter(static_outcome(corpus, name) for name in names)
+    print(f"{'static':12} {len(names):4} templates  read from the syntax tree alone: exact {static['exact']}, "
+          f"no answer {static['no answer']}, wrong {static['wrong']}")
     for o in rows:
         if not o.exact or o.harmful:
             label = labels[o.name]

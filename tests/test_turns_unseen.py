@@ -6,7 +6,12 @@ or from the class the issue names, reduced to the lines that matter.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from fixtures.synth import build_family
 from stopdoctor.api import inspect_model
@@ -156,3 +161,108 @@ def test_a_close_written_inside_the_turn_too_is_refused_as_a_stop(tmp_path):
     assert end not in analysis.required_stop_ids()
     assert [d.text for d in analysis.facts.declared_for("eos")][:1] == ["<|end|>"]
     assert not [e for e in analysis.verdict.evidence if "turn-end token <|end|>" in e.clue]
+
+
+# --- a template that loops over `tools` unguarded ------------------------------------------------
+
+# Hermes-2-Pro tool_use's shape: the system turn loops over `tools` with no guard (None is not
+# iterable), and, as Llama 3.1 ends tool turns with <|eom_id|>, this one closes assistant turns
+# differently once tools are given. An empty list renders the plain conversation.
+TOOLS_UNGUARDED = (
+    "{{- '<|im_start|>system\\nYou may call functions: <tools>' -}}{%- for tool in tools -%}{{- tool | tojson -}}{%- endfor -%}"
+    "{{- '</tools><|im_end|>\\n' -}}{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] -}}"
+    "{%- if m['role'] == 'assistant' and tools -%}{{- '<|eom_id|>' -}}{%- else -%}{{- '<|im_end|>' -}}{%- endif -%}{{- '\\n' -}}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def test_an_unguarded_tools_loop_is_rendered_with_an_empty_list_first():
+    turns = analyze_turns(TOOLS_UNGUARDED, {"eos_token": "<|im_end|>"}, ["<|im_start|>", "<|im_end|>", "<|eom_id|>"])
+    assert turns.tools == ()
+    assert [m.text for m in turns.end_of_turn] == ["<|im_end|>"]
+
+
+def test_the_real_hermes_tool_use_template_needs_only_an_empty_tools_list(template_corpus):
+    name = "llama.cpp/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use"
+    if name not in template_corpus.entries:
+        pytest.skip("the fetched template corpus is absent; run `python fixtures/realmodels.py`")
+    analysed = template_corpus.analysed(name)
+    assert analysed.turns.tools == ()
+    assert [m.text for m in analysed.turns.end_of_turn] == ["<|im_end|>"]
+
+
+# --- templates that render no plain conversation: read statically -------------------------------
+
+# firefunction-v1's shape (its template, as huggingface.js's jinja tests carry it): it raises
+# unless a `functions` message follows the system one, and closes assistant turns through a
+# namespace variable, `ns.content + eos_token`, written as `ROLE: content\n\n`.
+NEEDS_FUNCTIONS_MESSAGE = (
+    "{%- set ns = namespace(messages=messages, content='') -%}{{ bos_token }}"
+    "{%- if ns.messages[0]['role'] | upper != 'SYSTEM' -%}"
+    "{%- set ns.messages = [{'role': 'SYSTEM', 'content': 'You are a helpful assistant with access to functions.'}] + ns.messages -%}"
+    "{%- endif -%}"
+    "{%- if ns.messages | length < 2 or ns.messages[1]['role'] | upper != 'FUNCTIONS' -%}"
+    "{{ raise_exception('Expected either \"functions\" or [\"system\", \"functions\"] as the first messages') }}"
+    "{%- endif -%}"
+    "{%- for message in ns.messages -%}{%- set role = message['role'] | upper -%}"
+    "{%- set ns.content = message['content'] if message.get('content') else '' -%}"
+    "{%- if role == 'ASSISTANT' and '<functioncall>' not in ns.content -%}{%- set ns.content = '<plain>' + ns.content -%}{%- endif -%}"
+    "{%- if role == 'ASSISTANT' -%}{%- set ns.content = ns.content + eos_token -%}{%- endif -%}"
+    "{{ role }}: {{ ns.content }}{{ '\\n\\n' }}{%- endfor -%}ASSISTANT:{{ ' ' }}"
+)
+
+# Mixtral-Instruct's template with a filter Jinja (and so transformers) lacks on the user content.
+UNKNOWN_FILTER = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ '[INST] ' + message['content'] | regex_replace('\\s+$', '') + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def test_a_template_that_needs_a_functions_message_is_read_statically(tmp_path):
+    folder = build_family("llama2", tmp_path / "m", chat_template=NEEDS_FUNCTIONS_MESSAGE)
+    result = inspect_model(str(folder))
+    assert [(m.text, m.ids) for m in result.analysis.end_of_turn] == [("</s>", (2,))]
+    assert "functions" in result.analysis.turns.static
+    assert "not rendered" in result.analysis.end_of_turn[0].evidence
+    assert not [f for f in result.findings if f.code == "SD202"]
+
+
+def test_inspect_says_the_answer_is_static(tmp_path):
+    folder = build_family("llama2", tmp_path / "m", chat_template=NEEDS_FUNCTIONS_MESSAGE)
+    run = subprocess.run([sys.executable, "-m", "stopdoctor", "inspect", str(folder)], capture_output=True, text=True,
+                         env={**os.environ, "NO_COLOR": "1"})
+    assert run.returncode == 0, run.stderr
+    assert "read from the template's source, not rendered" in run.stdout
+    doc = json.loads(subprocess.run([sys.executable, "-m", "stopdoctor", "inspect", str(folder), "--json"],
+                                    capture_output=True, text=True).stdout)
+    assert doc["turn_static"].startswith("chat template raised")
+    assert [e["text"] for e in doc["end_of_turn"]] == ["</s>"]
+
+
+def test_a_template_calling_a_filter_jinja_lacks_is_read_statically():
+    turns = analyze_turns(UNKNOWN_FILTER, {"eos_token": "</s>", "bos_token": "<s>"}, ["<s>", "</s>"])
+    assert [m.text for m in turns.end_of_turn] == ["</s>"]
+    assert "regex_replace" in turns.static
+
+
+def test_the_static_reading_needs_every_assistant_close_to_agree():
+    """Assistant content closed `A + Z` in one branch and `B + Z` in another ends with `Z`, the
+    last token they share; two closes with nothing shared give no answer rather than a guess."""
+    from stopdoctor.template.static_turns import read_close
+
+    two_closes = ("{%- for m in messages -%}{%- if m['role'] == 'assistant' -%}{%- if m.tool_calls -%}"
+                  "{{- m['content'] + '<|END_ACTION|><|END_OF_TURN_TOKEN|>' -}}{%- else -%}"
+                  "{{- m['content'] + '<|END_RESPONSE|><|END_OF_TURN_TOKEN|>' -}}{%- endif -%}"
+                  "{%- else -%}{{- '<|USER_TOKEN|>' + m['content'] + '<|END_OF_TURN_TOKEN|>' -}}{%- endif -%}{%- endfor -%}")
+    found = read_close(two_closes, {}, COHERE_TOKENS, "test")
+    assert found is not None and found.marker == "<|END_OF_TURN_TOKEN|>"
+    nothing_shared = two_closes.replace("'<|END_ACTION|><|END_OF_TURN_TOKEN|>'", "'<|END_ACTION|>'")
+    assert read_close(nothing_shared, {}, COHERE_TOKENS, "test") is None
+
+
+def test_a_template_that_ignores_the_messages_is_not_read_around(tmp_path):
+    from stopdoctor.template.render import TemplateIgnoresMessages
+
+    with pytest.raises(TemplateIgnoresMessages):
+        analyze_turns("{{ bos_token }}Hello{{ eos_token }}", {"eos_token": "</s>", "bos_token": "<s>"}, ["<s>", "</s>"])

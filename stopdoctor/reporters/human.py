@@ -50,6 +50,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
             form = "only whitespace closes the turn: stop on the next header's text"
         elif style == "only-when-followed":
             form += "; written only when another turn follows"
+        if analysis.turns is not None and analysis.turns.static is not None:
+            form += "; read from the template's source, not rendered: no plain conversation renders"
         out.print(f"  end of turn  {escape(visible(marker.text))} → ids {list(marker.ids)} ({form})")
     if facts.templates and not analysis.end_of_turn:
         out.print("  end of turn  [red]none: nothing follows assistant content[/]")

@@ -40,6 +40,9 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
         # how the template ends an assistant turn (token | only-when-followed | next-header |
         # whitespace | none), and markers the safe-stop rule refused (never suggested as stops)
         "turn_style": analysis.turns.style if analysis.turns is not None else None,
+        # why the turn structure was read from the template's syntax tree instead of rendered
+        # (the template renders no plain conversation); null when it was rendered
+        "turn_static": analysis.turns.static if analysis.turns is not None else None,
         "end_of_turn_refused": [{"text": e.text, "ids": list(e.ids), "why": why} for e, why in analysis.rejected_end_of_turn],
         "turn_headers": analysis.turn_headers,
         "reasoning": reasoning_document(analysis),

@@ -165,8 +165,8 @@ def template_ignores_generation_prompt(analysis: Analysis, self: Check):
     """
     facts = analysis.facts
     template = facts.template
-    if template is None or not analysis.end_of_turn or analysis.turns is None:
-        return
+    if template is None or not analysis.end_of_turn or analysis.turns is None or analysis.turns.static is not None:
+        return  # a structure read statically: no plain conversation renders to compare
     specials = facts.special_token_texts()
     messages = [{"role": "user", "content": "Hello"}]
     with_prompt = render_in_shape(analysis.turns, template.source, messages, specials, add_generation_prompt=True)

@@ -36,6 +36,7 @@ __all__ = [
     "CompiledTemplate",
     "TemplateIgnoresMessages",
     "TemplateRaisedError",
+    "check_template_size",
     "compile_template",
     "render_chat",
 ]
@@ -73,6 +74,9 @@ def _with_line(message: str, line: int | None) -> str:
     return f"{message} (template line {line})" if line else message
 
 
+_UNKNOWN_NAME = re.compile(r"No (filter|test) named '([^']{1,60})'")
+
+
 def _convert(exc: BaseException) -> TemplateError:
     line = _template_line(exc)
     if isinstance(exc, TemplateRaised):
@@ -81,6 +85,14 @@ def _convert(exc: BaseException) -> TemplateError:
             _with_line(f"chat template raised: {_one_line(message)}", line),
             "the template rejects this conversation (its own raise_exception); "
             "check the roles and order of the messages",
+            line,
+        )
+    unknown = (_UNKNOWN_NAME.match(str(getattr(exc, "message", "") or ""))
+               if isinstance(exc, jinja2.TemplateAssertionError | jinja2.TemplateRuntimeError) else None)
+    if unknown is not None:  # valid Jinja, but a filter or test this Jinja (and transformers') lacks
+        return TemplateError(
+            _with_line(f"chat template uses a {unknown.group(1)} transformers' Jinja lacks: {unknown.group(2)}", line),
+            "transformers cannot render it either; replace the filter with a standard Jinja one",
             line,
         )
     if isinstance(exc, jinja2.exceptions.TemplateSyntaxError):
@@ -192,6 +204,12 @@ def compile_template(source: str, limits: RenderLimits = RenderLimits()) -> Comp
             f"chat template must be a string, got {type(source).__name__}",
             "a tokenizer_config.json chat_template list of named templates must be resolved to one first",
         )
+    check_template_size(source, limits)
+    return _compile_cached(source)
+
+
+def check_template_size(source: str, limits: RenderLimits = RenderLimits()) -> None:
+    """Refuse a source too long, or with too many tags, to be a plausible chat template."""
     if len(source) > limits.max_template_chars:
         raise TemplateLimitError(
             f"chat template is {len(source)} characters, over the {limits.max_template_chars} limit",
@@ -203,7 +221,6 @@ def compile_template(source: str, limits: RenderLimits = RenderLimits()) -> Comp
             f"chat template has {tags} Jinja tags, over the {limits.max_template_tags} limit",
             "this is not a plausible chat template; raise RenderLimits.max_template_tags if you trust it",
         )
-    return _compile_cached(source)
 
 
 _TAG_RE = re.compile(r"\{[{%]")

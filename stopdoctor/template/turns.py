@@ -15,6 +15,7 @@ from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.pieces import between, common_prefix, common_suffix, cut_at_opener, first_special, split_pieces
 from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
+from stopdoctor.template.static_turns import read_close
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations
@@ -55,7 +56,10 @@ class TurnStructure:
     openers: frozenset[str] = frozenset()  # tokens that open a turn (<|im_start|>, <|start_header_id|>)
     inner: frozenset[str] = frozenset()  # special tokens written inside an assistant turn
     content_as_parts: bool = False  # the template only reads content given as a list of parts
-    needs_tools: bool = False  # the template only renders with a tools list
+    tools: tuple[dict, ...] | None = None  # the tools list the template needs to render (empty first), or none
+    # why nothing rendered when the structure was read from the template's source instead (the
+    # answer is static: firefunction-v1 needs a `functions` message; a filter Jinja lacks); None when rendered
+    static: str | None = None
 
     def header_tokens(self, known: Iterable[str]) -> frozenset[str]:
         """Special tokens written in any turn header, plus the openers; never the close's own
@@ -87,13 +91,19 @@ _SAMPLE_TOOL = {
 @dataclass(frozen=True)
 class _Shape:
     """How sentinel conversations are given to a template: content as a string or as a list of
-    text parts (MiniMax, many VLM templates), with or without a tools list."""
+    text parts (MiniMax, many VLM templates), with no tools list, an empty one, or a sample tool.
+    An empty list comes first: a template that loops over `tools` unguarded (Hermes-2-Pro
+    tool_use) then renders, and one that writes tool turns differently under `{% if tools %}`
+    still shows its plain conversation."""
 
     parts: bool = False
-    tools: bool = False
+    tools: tuple[dict, ...] | None = None
+
+    def tools_list(self) -> list[dict] | None:
+        return list(self.tools) if self.tools is not None else None
 
 
-_SHAPES = (_Shape(), _Shape(parts=True), _Shape(tools=True), _Shape(parts=True, tools=True))
+_SHAPES = tuple(_Shape(parts, tools) for tools in (None, (), (_SAMPLE_TOOL,)) for parts in (False, True))
 
 
 @dataclass(frozen=True)
@@ -159,7 +169,7 @@ def _try_render(probe: _Probe, messages: list[dict], special_tokens: Mapping[str
         try:
             return render_chat(probe.source, messages, add_generation_prompt=add_generation_prompt,
                                special_tokens=special_tokens, limits=probe.limits,
-                               tools=[_SAMPLE_TOOL] if shape.tools else None, extra=extra or None)
+                               tools=shape.tools_list(), extra=extra or None)
         except TemplateLimitError:
             if optional and not overall_deadline_passed():  # the command's deadline is no matter of shape
                 return None
@@ -318,7 +328,29 @@ def analyze_turns(
     Raises TemplateError when no conversation shape renders, or on a sandbox/limit violation.
     """
     known = _known_texts(special_tokens, known_special_texts)
-    return _analyze(_probe_for(source, special_tokens, limits), special_tokens, known)
+    try:
+        return _analyze(_probe_for(source, special_tokens, limits), special_tokens, known)
+    except (TemplateLimitError, TemplateIgnoresMessages):
+        raise  # a runaway template, or one that ignores the messages: a defect, never read around
+    except TemplateError as exc:
+        if "syntax error" in exc.message:
+            raise
+        static = _static_structure(source, special_tokens, known, limits, exc.message)
+        if static is None:
+            raise
+        return static
+
+
+def _static_structure(source: str, special_tokens: Mapping[str, str] | None, known: list[str], limits: RenderLimits,
+                      reason: str) -> TurnStructure | None:
+    """The structure read from the template's syntax tree when no conversation renders: the
+    close only (no headers, no openers); the answer is static, and says so."""
+    found = read_close(source, special_tokens, known, reason, limits)
+    if found is None:
+        return None
+    marker = EndOfTurnMarker(found.marker, "", found.evidence)
+    style = "only-when-followed" if found.conditional else "token"
+    return TurnStructure((marker,), style, found.close, static=reason)
 
 
 def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str]) -> TurnStructure:
@@ -431,7 +463,7 @@ def render_in_shape(turns: TurnStructure, source: str, messages: list[dict], spe
     if turns.content_as_parts:
         messages = [_as_parts(m) for m in messages]
     return render_chat(source, messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens,
-                       tools=[_SAMPLE_TOOL] if turns.needs_tools else None)
+                       tools=list(turns.tools) if turns.tools is not None else None)
 
 
 def find_end_of_turn(
