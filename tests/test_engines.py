@@ -6,6 +6,7 @@ the same advice from inspect, check and fix."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def test_hidden_defaults_cite_their_source():
     from stopdoctor.runtimes.defaults import DEFAULTS
 
     for default in DEFAULTS:
-        assert default.version and ".py" in default.source and default.key
+        assert default.version and re.search(r"\.(py|go|rs) ", default.source) and default.key
 
 
 @pytest.mark.parametrize("body, fires", [

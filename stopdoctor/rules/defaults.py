@@ -6,7 +6,8 @@ from __future__ import annotations
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
-from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT
+from stopdoctor.facts.card import card_output_tokens
+from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT, OLLAMA_CONTEXT
 
 
 @check("SD430", "default-budget-truncates", Severity.WARNING, input=ServingInput)
@@ -43,3 +44,53 @@ def default_budget_truncates(subject: ServingInput, self: Check):
         f"this completions request names no max_tokens: {runtimes} give it {COMPLETIONS_DEFAULT[0].value} new tokens",
         'set "max_tokens" to the budget an answer needs', serving.location("prompt"),
         default=COMPLETIONS_DEFAULT[0].value, runtimes=[d.runtime for d in COMPLETIONS_DEFAULT])
+
+
+@check("SD431", "ollama-context-truncates", Severity.WARNING, input=ServingInput)
+def ollama_context_truncates(subject: ServingInput, self: Check):
+    """An Ollama Modelfile names no num_ctx while the output it asks for cannot fit Ollama's default context.
+
+    What it checks:
+    A Modelfile without `PARAMETER num_ctx` whose `PARAMETER num_predict`, or (for a model that
+    thinks by default) the output length its card recommends, is over 4,096 tokens: the context
+    Ollama 0.33 gives a model on a machine under 23 GiB of VRAM.
+
+    Why it matters:
+    The budget is never reached: generation stops where the context is full, a long prompt is cut
+    from the middle without a word (context shift, ollama #11172), and a thinking model ends inside
+    its thought. Only `OLLAMA_CONTEXT_LENGTH` on the server, a request's `options.num_ctx` or
+    more VRAM (32,768 at 23 GiB, 262,144 at 47 GiB) changes it.
+
+    Example:
+    `FROM qwen3:8b` with `PARAMETER num_predict 32768` and no num_ctx, served on a 16 GB GPU.
+
+    Fix:
+    `PARAMETER num_ctx N`, with N the output budget plus the longest prompt.
+
+    How the runtimes decide (source):
+    ollama 0.33 `server/routes.go` (default context by VRAM tier: 4096, 32768, 262144; used when
+    `usesAutomaticNumCtx`: no num_ctx in the request or the Modelfile and no OLLAMA_CONTEXT_LENGTH);
+    `llm/llama_server.go` (a prompt over the context is shifted or refused).
+    """
+    serving = subject.serving
+    if serving.kind != "ollama" or "PARAMETER num_ctx" in serving.options:
+        return
+    small = OLLAMA_CONTEXT[0]
+    needs: list[tuple[int, str, str | None]] = []
+    budget = serving.max_tokens.value if serving.max_tokens is not None else None
+    if isinstance(budget, int) and budget > small.value:
+        needs.append((budget, f"num_predict {budget:,}", serving.max_tokens.key))
+    reasoning = subject.analysis.reasoning
+    card = card_output_tokens(subject.analysis.facts) if reasoning.is_reasoning and reasoning.default_on is not False else None
+    if card is not None and card.value > small.value and budget is None:
+        needs.append((card.value, f"the {card.value:,} output tokens its card recommends for a thinking model", serving.model.key))
+    if not needs:
+        return
+    need, what, key = max(needs)
+    tiers = ", ".join(f"{d.value:,} ({d.applies_to})" for d in OLLAMA_CONTEXT)
+    size = 1 << (need + 2048 - 1).bit_length()
+    yield self.finding(
+        f"this Modelfile sets no num_ctx, so Ollama {small.version} picks the context by VRAM: {tiers}; {what} cannot fit "
+        f"in {small.value:,}: generation stops where the context is full and long prompts are cut from the middle",
+        f"add `PARAMETER num_ctx {size}` (the output budget plus the longest prompt)", serving.location(key),
+        need=need, default_context=small.value)

@@ -44,6 +44,21 @@ DEFAULTS = (
                   "mlx_vlm/generate/common.py DEFAULT_MAX_TOKENS = 2048"),
 )
 
+# Ollama's context when neither the Modelfile, the request nor OLLAMA_CONTEXT_LENGTH names num_ctx:
+# by the machine's VRAM, read from server/routes.go (ollama 0.33, Aug 2026): `defaultNumCtx` =
+# 262144 at 47 GiB or more, 32768 at 23 GiB or more, else 4096. A prompt past it is cut from the
+# middle (context shift, llm/llama_server.go `contextShiftPromptLimit`) or refused with 400, and
+# generation stops where the context is full.
+OLLAMA_CONTEXT = (
+    HiddenDefault("ollama", "0.33", "under 23 GiB of VRAM", "context", 4096, "PARAMETER num_ctx",
+                  "server/routes.go defaultNumCtx by VRAM tier (totalVRAM < 23 GiB)"),
+    HiddenDefault("ollama", "0.33", "23 to 47 GiB of VRAM", "context", 32768, "PARAMETER num_ctx",
+                  "server/routes.go defaultNumCtx by VRAM tier (totalVRAM >= 23 GiB)"),
+    HiddenDefault("ollama", "0.33", "47 GiB of VRAM or more", "context", 262144, "PARAMETER num_ctx",
+                  "server/routes.go defaultNumCtx by VRAM tier (totalVRAM >= 47 GiB)"),
+)
+DEFAULTS = DEFAULTS + OLLAMA_CONTEXT
+
 # A request body with "prompt" and no "messages" goes to a completions endpoint: these runtimes
 # give it 16 new tokens when it names no budget.
 COMPLETIONS_DEFAULT = tuple(d for d in DEFAULTS if d.applies_to.startswith("/v1/completions"))
