@@ -7,6 +7,7 @@ Imports: api, config, core, facts, rules, template (the render deadline); action
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ def run_gate(settings: Settings, live: bool = False) -> Report:
                                         serving=serving_files, error=error, failed_target=str(path), live=probe))
                 break
         else:
+            result = replace(result, serving=tuple(serving_cache[p] for p in serving_files))
             codes = rules_run(settings, bool(serving_files), entry.expectation is not None or live,
                               probe is not None and probe.evidence is not None and probe.evidence.weights is not None)
             subjects.append(Subject(entry.spec, apply(settings, findings), codes, files, result, serving_files, live=probe))

@@ -113,3 +113,23 @@ def test_a_modelfile_and_a_request_body_are_sources(original, tmp_path):
     request.write_text(json.dumps({"model": "m", "messages": [], "temperature": 0}))
     rows = {r.runtime: r for r in effective_sampling(facts, load_serving(request, "request"))}
     assert all(r.greedy and r.get("temperature").source == "request.json temperature" for r in rows.values())
+
+
+def test_check_with_a_serving_file_shows_the_sampling_it_serves(real_models, tmp_path):
+    """A Modelfile's PARAMETERs and a request body's keys change what a runtime samples with:
+    `check --serving` shows the rows they change, human and JSON, each value with its source."""
+    modelfile = tmp_path / "Modelfile"
+    modelfile.write_text("FROM ./smollm2.gguf\nPARAMETER stop \"<|im_end|>\"\nPARAMETER temperature 0.2\n")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}))
+    model = str(real_models.smollm2_hf)
+    human = cli("check", model, "--serving", str(modelfile), "--serving", str(request))
+    assert f"served with {modelfile}:" in human.stdout
+    served = human.stdout.split(f"served with {modelfile}:")[1].splitlines()[1]
+    assert served.split()[:3] == ["ollama", "temp", "0.2*,"]
+    document = json.loads(cli("check", model, "--serving", str(modelfile), "--serving", str(request), "--format", "json").stdout)
+    sampled = document["models"][0]["served_sampling"]
+    assert sampled[str(modelfile)]["ollama"]["temperature"] == {"value": 0.2, "default": False,
+                                                                "source": "Modelfile PARAMETER temperature (line 3)"}
+    assert set(sampled[str(modelfile)]) == {"ollama"}  # a Modelfile changes Ollama's row only
+    assert sampled[str(request)]["vllm"]["temperature"]["value"] == 0.0  # a request's keys win in every row

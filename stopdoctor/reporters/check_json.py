@@ -35,7 +35,17 @@ def _model(model: Subject, base: Path) -> dict[str, Any]:
         "findings": findings,
         "summary": summary(model.findings),
         "live": _live(model.live),
+        # per serving file that changes a runtime's sampling: path → runtime → key → {value, default, source}
+        "served_sampling": _served_sampling(result),
     }
+
+
+def _served_sampling(result: Any) -> dict[str, Any]:
+    if result is None or not result.serving:
+        return {}
+    from stopdoctor.reporters.sampling_text import served_sampling_document
+
+    return served_sampling_document(result.facts, result.serving)
 
 
 def _live(verdict: Any) -> dict[str, Any] | None:

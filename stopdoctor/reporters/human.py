@@ -69,7 +69,7 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
         out.print(f"    {'engines':<12} [dim]{escape(listed)}[/]")
     from stopdoctor.reporters.sampling_text import print_sampling
 
-    print_sampling(out, facts)
+    print_sampling(out, facts, result.serving)
     if result.original is not None:
         out.print(f"  against   {escape(result.original.facts.source.spec)}  [dim](eos ids and sampling keys compared)[/]")
     if result.weights is not None:

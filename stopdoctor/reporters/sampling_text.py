@@ -41,6 +41,21 @@ def sampling_document(facts: ModelFacts) -> dict[str, Any]:
     }
 
 
+def served_sampling_document(facts: ModelFacts, serving: tuple) -> dict[str, Any]:
+    """Per Modelfile or request body that changes some runtime's sampling: path → runtime →
+    key → {value, default, source} for the rows it changes (`check --serving` JSON)."""
+    plain = effective_sampling(facts)
+    out: dict[str, Any] = {}
+    for config in serving:
+        if config.kind not in ("ollama", "request"):
+            continue
+        rows = {row.runtime: {v.key: {"value": _value(v.value), "default": v.default, "source": v.source} for v in row.values}
+                for row, before in zip(effective_sampling(facts, config), plain, strict=True) if row.values != before.values}
+        if rows:
+            out[str(config.path)] = rows
+    return out
+
+
 def _line(row: RuntimeSampling) -> str:
     parts = []
     for key in KEYS:
@@ -53,11 +68,13 @@ def _line(row: RuntimeSampling) -> str:
     return mode + ", ".join(parts)
 
 
-def print_sampling(out, facts: ModelFacts) -> None:
-    """Shown when the model declares sampling or its card recommends some: each runtime's values,
-    marked * (and bold) where a model file set them (the rest are the runtime's defaults)."""
+def print_sampling(out, facts: ModelFacts, serving: tuple = ()) -> None:
+    """Shown when the model declares sampling, its card recommends some or a serving file sets
+    some: each runtime's values, marked * (and bold) where a file set them (the rest are the
+    runtime's defaults); then, per Modelfile or request body checked with it, the rows it changes."""
     card = card_sampling(facts)
-    if not facts.sampling and not card:
+    setting = [s for s in serving if s.kind in ("ollama", "request") and _sets_sampling(facts, s)]
+    if not facts.sampling and not card and not setting:
         return
     declared = ", ".join(f"{k} {_value(v.value)} ({v.location})" for k, v in facts.sampling.items()) or "none"
     out.print(f"  sampling  declared: {escape(declared)}  [dim](* from the model's files; the rest: runtime defaults)[/]")
@@ -65,5 +82,16 @@ def print_sampling(out, facts: ModelFacts) -> None:
         listed = ", ".join(f"{k} {v.value}" for k, v in card.items())
         line = min(v.location.line or 0 for v in card.values())
         out.print(f"    {'card':<16} {escape(listed)} [dim](README.md:{line})[/]")
-    for row in effective_sampling(facts):
+    plain = effective_sampling(facts)
+    for row in plain:
         out.print(f"    {row.runtime:<16} {_line(row)}")
+    for config in setting:
+        out.print(f"    [dim]served with {escape(str(config.path))}:[/]")
+        for row, before in zip(effective_sampling(facts, config), plain, strict=True):
+            if row.values != before.values:
+                out.print(f"    {row.runtime:<16} {_line(row)}")
+
+
+def _sets_sampling(facts: ModelFacts, serving) -> bool:
+    """The serving file changes some runtime's sampling."""
+    return any(a.values != b.values for a, b in zip(effective_sampling(facts, serving), effective_sampling(facts), strict=True))

@@ -27,6 +27,9 @@ class InspectResult:
     findings: list[Finding]
     weights: Any = None  # `inspect --weights`: a `stopdoctor.analysis.weights.WeightsReport`
     original: Any = None  # `inspect --against`: the original's `Analysis`
+    # `check --serving`: the serving files read with it (a Modelfile's PARAMETERs and a request
+    # body's keys change the sampling each runtime uses)
+    serving: tuple[Any, ...] = ()
 
     @property
     def missing_files(self) -> list[str]:
