@@ -57,9 +57,13 @@ def read_close(source: str, special_tokens: Mapping[str, str] | None, known: Ite
     tree gives no single answer. `reason` says why rendering could not answer (for the evidence)."""
     check_template_size(source, limits)
     try:
-        tree = sandbox_environment().parse(source)
-    except (jinja2.TemplateSyntaxError, RecursionError):
+        return _read(source, special_tokens, known, reason)
+    except (jinja2.TemplateSyntaxError, RecursionError):  # unparsable, or nested past Python's stack: no answer
         return None
+
+
+def _read(source: str, special_tokens: Mapping[str, str] | None, known: Iterable[str], reason: str) -> StaticClose | None:
+    tree = sandbox_environment().parse(source)
     if sum(1 for _ in tree.find_all(nodes.Node)) > _MAX_NODES:
         return None
     # A template may name its own special tokens (`{%- set eos_token = "<seed:eos>" %}`): those win.
