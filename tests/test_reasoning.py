@@ -44,9 +44,24 @@ def test_harmony_channels_and_stops():
     HYBRID.replace("{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}", ""),
     # merely mentions tags in a system prompt
     "{{ 'Answer in <answer></answer> tags.' }}" + _template_chatml(),
+    # its default system text names tool-call tags, not a thought's
+    "{{ 'Call tools within <tool_call></tool_call> tags.' }}" + _template_chatml(),
 ])
 def test_chat_templates_are_not_reasoning(source):
     assert analyze_reasoning(source, SPECIALS).style == "none"
+
+
+def test_a_default_system_message_that_asks_for_the_thought_is_reasoning():
+    # Phi-4-reasoning's template: no switch, a plain assistant prompt, and a default system message
+    # that asks for "<think> {Thought section} </think> {Solution section}".
+    source = ("{% set system = 'Think first. Structure your response as <think> {Thought} </think> {Solution}.' %}"
+              "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+              "{% set messages = messages[1:] %}{% endif %}<|im_start|>system\n{{ system }}<|im_end|>\n"
+              "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    r = analyze_reasoning(source, SPECIALS)
+    assert (r.style, r.open, r.close, r.prefilled, r.default_on) == ("think-tags", "<think>", "</think>", False, True)
+    assert any("asks for the thought" in e for e in r.evidence)
 
 
 def test_inspect_shows_the_reasoning_block(tmp_path):
