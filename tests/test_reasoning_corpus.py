@@ -4,7 +4,10 @@ The corpus is fixtures/templates.py `corpus()`; the labels tests/data/reasoning_
 reading each template's source and rendering its generation prompt, before the inference existed).
 A template agrees when style, open, close and prefilled all equal the label. Labels whose template
 shows nothing of the thought (`template_shows: false`: an R1 fine-tune on a plain Qwen2.5 template)
-are counted apart: no template reading can see them, and the tool must then say `none`.
+are counted apart: no template reading can see them, and the tool must then say `none`. The mirror
+case is counted apart too: a model that does not think shipped with its thinking sibling's template
+(`style: none`, `template_shows: true`, `same_template_as` naming the sibling). The test checks the
+claim instead of trusting it: the tool must read both templates alike, so they really cannot be told apart.
 
 The fresh corpus (fixtures/fresh_templates.py `fresh_corpus()`: axolotl and unsloth templates, EXAONE 4,
 Phi-4-reasoning, Gemma 4, gpt-oss, Qwen3 variants) is labelled in tests/data/fresh_reasoning_labels.json,
@@ -80,20 +83,36 @@ def measured_fresh() -> list[Outcome]:
     return found
 
 
+def controls(found: list[Outcome]) -> list[Outcome]:
+    """Templates of models that do not think, whose template shows no thought either."""
+    return [o for o in found if o.label["style"] == "none" and not o.label["template_shows"]]
+
+
+def inherited(found: list[Outcome]) -> list[Outcome]:
+    """Models that do not think, shipped with a thinking sibling's template."""
+    return [o for o in found if o.label["style"] == "none" and o.label["template_shows"]]
+
+
+def reasoning_shown(found: list[Outcome]) -> list[Outcome]:
+    return [o for o in found if o.label["style"] != "none" and o.label["template_shows"]]
+
+
 def test_reasoning_agrees_with_labels_on_at_least_95_percent(measured):
-    shown = [o for o in measured if o.label["template_shows"] or o.label["style"] == "none"]
+    shown = reasoning_shown(measured) + controls(measured)
     agree = [o for o in shown if o.agrees]
     assert len(agree) / len(shown) >= 0.95, [(o.name, o.found) for o in shown if not o.agrees]
 
 
-# An Instruct release whose template is byte for byte its Thinking sibling's (enable_thinking switch
-# included): no template reading can tell them apart. Listed so that any other is a failure.
-INDISTINGUISHABLE = {"xinference/Qwen3-Omni-Instruct"}
-
-
 def test_no_chat_template_is_called_reasoning(measured):
-    wrong = {o.name for o in measured if o.label["style"] == "none" and o.found["style"] != "none"}
-    assert wrong <= INDISTINGUISHABLE, sorted(wrong - INDISTINGUISHABLE)
+    assert not [o.name for o in controls(measured) if o.found["style"] != "none"]
+
+
+def test_an_inherited_template_reads_as_its_sibling(measured):
+    by_name = {o.name: o for o in measured}
+    for o in inherited(measured):
+        sibling = by_name[o.label["same_template_as"]]
+        assert sibling.label["style"] != "none" and sibling.agrees, sibling.name
+        assert o.found == sibling.found, (o.name, "differs from its sibling: the template does tell them apart")
 
 
 def test_harmony_is_recognised_and_never_stops_on_end(measured):
@@ -104,7 +123,7 @@ def test_harmony_is_recognised_and_never_stops_on_end(measured):
 def test_fresh_corpus_agrees_and_calls_no_chat_template_reasoning(measured_fresh):
     agree = [o for o in measured_fresh if o.agrees]
     assert len(agree) / len(measured_fresh) >= 0.95, [(o.name, o.found) for o in measured_fresh if not o.agrees]
-    assert not [o.name for o in measured_fresh if o.label["style"] == "none" and o.found["style"] != "none"]
+    assert not [o.name for o in controls(measured_fresh) if o.found["style"] != "none"]
 
 
 def test_fresh_corpus_reads_exaone4_phi4_reasoning_and_harmony(measured_fresh):
@@ -123,17 +142,20 @@ def main() -> int:
 
 
 def _report(found: list[Outcome]) -> None:
-    shown = [o for o in found if o.label["template_shows"] or o.label["style"] == "none"]
     hidden = [o for o in found if not o.label["template_shows"] and o.label["style"] != "none"]
-    controls = [o for o in found if o.label["style"] == "none"]
-    reasoning = [o for o in shown if o.label["style"] != "none"]
-    print(f"templates: {len(found)} labelled; {len(reasoning)} reasoning templates that show it, {len(controls)} controls, "
-          f"{len(hidden)} reasoning models whose template shows nothing")
+    reasoning, chat, mirror = reasoning_shown(found), controls(found), inherited(found)
+    shown = reasoning + chat
+    print(f"templates: {len(found)} labelled; {len(reasoning)} reasoning templates that show it, {len(chat)} controls, "
+          f"{len(hidden)} reasoning models whose template shows nothing, {len(mirror)} chat models on a thinking "
+          f"sibling's template")
     print(f"agreement (style/open/close/prefilled): {sum(o.agrees for o in shown)}/{len(shown)} "
           f"= {sum(o.agrees for o in shown) / max(len(shown), 1):.1%}")
     print(f"  reasoning templates: {sum(o.agrees for o in reasoning)}/{len(reasoning)}; "
-          f"controls called none: {sum(o.agrees for o in controls)}/{len(controls)}; "
+          f"controls called none: {sum(o.agrees for o in chat)}/{len(chat)}; "
           f"hidden ones called none: {sum(o.found['style'] == 'none' for o in hidden)}/{len(hidden)}")
+    for o in mirror:
+        print(f"APART {o.name}: found {o.found['style']}, as its sibling {o.label['same_template_as']} (the template "
+              "cannot tell)")
     for o in shown:
         if not o.agrees:
             label = {k: o.label[k] for k in ("style", "open", "close", "prefilled")}
