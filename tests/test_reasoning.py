@@ -144,6 +144,9 @@ def test_sd450_qwen3_parser_on_a_prefilled_template(tmp_path):
     # the model writes <think> itself: the parser sees both tags
     hybrid = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
     assert not serving_findings(hybrid, _serving(tmp_path, "h.sh", "vllm serve m --reasoning-parser qwen3\n"))
+    # SGLang's qwen3 parser is another program: not judged by vLLM's history
+    sglang = "python -m sglang.launch_server --model-path m --reasoning-parser qwen3\n"
+    assert not serving_findings(prefilled, _serving(tmp_path, "s.sh", sglang))
 
 
 def test_sd450_llamacpp_reasoning_off_and_budget(tmp_path):

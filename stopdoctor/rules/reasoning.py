@@ -169,7 +169,7 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
             yield self.finding(f"--reasoning-parser {name} reads all output before {reasoning.close} as reasoning; with "
                                f"{reasoning.can_disable} no {reasoning.close} comes and every answer lands in reasoning_content",
                                "use --reasoning-parser qwen3 (it reads a reply without the thought as content)", where)
-        elif name in OPEN_TAG_PARSERS and reasoning.prefilled and reasoning.open == "<think>":
+        elif name in OPEN_TAG_PARSERS and serving.kind == "vllm" and reasoning.prefilled and reasoning.open == "<think>":
             yield self.finding(f"the prompt already opens the thought ({reasoning.open}), so the output holds only "
                                f"{reasoning.close}; vLLM's {name} parser before 0.16.1 needs both tags and then puts the "
                                "whole thought and the answer in content (vllm #22507, #27118)",
