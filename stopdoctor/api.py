@@ -473,11 +473,14 @@ def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
 
 def generation_exit_code(result: Any, evidence: Any = None) -> int:
     """1 on a runaway (a next turn written, the budget reached after a turn-ending token, weights
-    that never learned to stop, a stream that showed other text than the answer), else 0."""
+    that never learned to stop, a thought that loops until the budget runs out, a stream that
+    showed other text than the answer), else 0."""
     from stopdoctor.analysis.diagnose import exit_code
 
     if evidence is not None and evidence.never_stops:
         return 1  # a runaway the weights cause: no stop configuration ends it
+    if result.reasoning is not None and result.reasoning.runaway:
+        return 1  # a thought that loops until the budget runs out: no budget ends it
     code = exit_code(result.generation, result.diagnosis)
     streamed = (result.generation.server or {}).get("stream")
     if streamed is not None and any(issue["kind"] != "no-done" for issue in streamed["issues"]):

@@ -44,9 +44,24 @@ def test_harmony_channels_and_stops():
     HYBRID.replace("{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}", ""),
     # merely mentions tags in a system prompt
     "{{ 'Answer in <answer></answer> tags.' }}" + _template_chatml(),
+    # its default system text names tool-call tags, not a thought's
+    "{{ 'Call tools within <tool_call></tool_call> tags.' }}" + _template_chatml(),
 ])
 def test_chat_templates_are_not_reasoning(source):
     assert analyze_reasoning(source, SPECIALS).style == "none"
+
+
+def test_a_default_system_message_that_asks_for_the_thought_is_reasoning():
+    # Phi-4-reasoning's template: no switch, a plain assistant prompt, and a default system message
+    # that asks for "<think> {Thought section} </think> {Solution section}".
+    source = ("{% set system = 'Think first. Structure your response as <think> {Thought} </think> {Solution}.' %}"
+              "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+              "{% set messages = messages[1:] %}{% endif %}<|im_start|>system\n{{ system }}<|im_end|>\n"
+              "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    r = analyze_reasoning(source, SPECIALS)
+    assert (r.style, r.open, r.close, r.prefilled, r.default_on) == ("think-tags", "<think>", "</think>", False, True)
+    assert any("asks for the thought" in e for e in r.evidence)
 
 
 def test_inspect_shows_the_reasoning_block(tmp_path):
@@ -121,6 +136,37 @@ def test_sd450_harmony_parser_mismatch_and_reasoning_format_none(tmp_path):
     assert [f.code for f in raw] == ["SD450"]
 
 
+def test_sd450_qwen3_parser_on_a_prefilled_template(tmp_path):
+    # vLLM's qwen3 parser before 0.16.1 needs <think> in the output; a prefilled prompt holds it.
+    prefilled = inspect_model(str(build_reasoning("prefilled", tmp_path / "p"))).analysis
+    bad = serving_findings(prefilled, _serving(tmp_path, "p.sh", "vllm serve m --reasoning-parser qwen3\n"))
+    assert [f.code for f in bad] == ["SD450"] and "0.16.1" in bad[0].message and "content" in bad[0].message
+    # the model writes <think> itself: the parser sees both tags
+    hybrid = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
+    assert not serving_findings(hybrid, _serving(tmp_path, "h.sh", "vllm serve m --reasoning-parser qwen3\n"))
+    # SGLang's qwen3 parser is another program: not judged by vLLM's history
+    sglang = "python -m sglang.launch_server --model-path m --reasoning-parser qwen3\n"
+    assert not serving_findings(prefilled, _serving(tmp_path, "s.sh", sglang))
+
+
+def test_sd450_llamacpp_reasoning_off_and_budget(tmp_path):
+    prefilled = inspect_model(str(build_reasoning("prefilled", tmp_path / "p"))).analysis
+    hybrid = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
+    chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
+    off = "llama-server -m m.gguf --jinja --reasoning off\n"
+    # no enable_thinking switch in the prefilled template: --reasoning off turns nothing off
+    bad = serving_findings(prefilled, _serving(tmp_path, "off.sh", off))
+    assert [f.code for f in bad] == ["SD450"] and "no switch" in bad[0].message and bad[0].location.key == "--reasoning"
+    assert not serving_findings(hybrid, _serving(tmp_path, "off2.sh", off))  # enable_thinking=false does turn it off
+    budget = "llama-server -m m.gguf --no-jinja --reasoning-budget 512\n"
+    ignored = serving_findings(hybrid, _serving(tmp_path, "b.sh", budget))
+    assert [f.code for f in ignored] == ["SD450"] and "--no-jinja" in ignored[0].message
+    assert not serving_findings(hybrid, _serving(tmp_path, "b2.sh", "llama-server -m m.gguf --reasoning-budget 512\n"))
+    assert not serving_findings(hybrid, _serving(tmp_path, "b3.sh", "llama-server -m m.gguf --no-jinja --reasoning-budget -1\n"))
+    nothing = serving_findings(chat, _serving(tmp_path, "b4.sh", "llama-server -m m.gguf --reasoning-budget 0\n"))
+    assert [(f.code, f.severity.label) for f in nothing] == [("SD450", "info")]
+
+
 def test_sd451_budget_below_the_card(tmp_path):
     folder = build_reasoning("hybrid", tmp_path / "m")
     (folder / "README.md").write_text("# Model\n\nWe recommend an output length of 32,768 tokens for most queries.\n")
@@ -138,6 +184,28 @@ def test_sd452_stop_inside_the_thought(tmp_path):
     assert sorted((f.code, f.severity.label) for f in bad if f.code == "SD452") == [("SD452", "error"), ("SD452", "warning")]
     chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
     assert "SD452" not in {f.code for f in serving_findings(chat, _serving(tmp_path, "c.json", '{"model": "m", "stop": ["\\n\\n"]}'))}
+
+
+def test_sd453_presence_penalty_and_greedy_against_the_card(tmp_path):
+    folder = build_reasoning("hybrid", tmp_path / "m")
+    (folder / "README.md").write_text("# Model-AWQ\n\nWe suggest Temperature=0.6, TopP=0.95, TopK=20 and "
+                                      "presence_penalty=1.5 for quantized models to suppress repetitive outputs.\n")
+    analysis = inspect_model(str(folder)).analysis
+    bad = serving_findings(analysis, _serving(tmp_path, "r.json", '{"model": "m", "max_tokens": 32768, "temperature": 0}'))
+    assert sorted(f.code for f in bad) == ["SD453", "SD453"]
+    assert any("presence_penalty 1.5" in f.message and "README.md:3" in f.message for f in bad)
+    assert any("temperature 0" in f.message for f in bad)
+    good = '{"model": "m", "max_tokens": 32768, "temperature": 0.6, "presence_penalty": 1.5}'
+    assert not serving_findings(analysis, _serving(tmp_path, "ok.json", good))
+    assert [f.code for f in serving_findings(analysis, _serving(tmp_path, "Modelfile", "FROM m.gguf\n"))] == ["SD453"]
+    assert not serving_findings(analysis, _serving(tmp_path, "l.sh", "llama-server -m m.gguf --presence-penalty 1.5\n"))
+    assert not serving_findings(analysis, _serving(tmp_path, "v.sh", "vllm serve m\n"))  # per request on vLLM
+    # no card, or a card that does not ask for it: nothing to compare
+    plain = inspect_model(str(build_reasoning("hybrid", tmp_path / "n"))).analysis
+    assert not serving_findings(plain, _serving(tmp_path, "n.json", '{"model": "m", "max_tokens": 32768}'))
+    chat = build_family("chatml", tmp_path / "c")
+    (chat / "README.md").write_text("Use presence_penalty=1.5.\n")
+    assert not serving_findings(inspect_model(str(chat)).analysis, _serving(tmp_path, "c.json", '{"model": "m"}'))
 
 
 # --- probe-stop inside the thought -----------------------------------------------------------

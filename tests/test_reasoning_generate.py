@@ -65,9 +65,25 @@ def test_a_thought_that_never_closes_spends_the_budget(tiny):
     assert "never closed: the budget ran out inside the thought after 16 tokens" in result.stdout
     assert "budget    " not in result.stdout  # said as a thought, not measured as the weights
     document = _json(_cli(str(tiny["never-closes"]), "-m", "user", "hi", "--max-new-tokens", "16", "--json", "--device", "cpu"))
-    assert {k: document["reasoning"][k] for k in ("closed", "thought_tokens", "answer_empty", "ran_out_thinking")} == {
-        "closed": False, "thought_tokens": 16, "answer_empty": True, "ran_out_thinking": True}
+    assert {k: document["reasoning"][k] for k in ("closed", "thought_tokens", "answer_empty", "ran_out_thinking",
+                                                  "runaway_thought")} == {
+        "closed": False, "thought_tokens": 16, "answer_empty": True, "ran_out_thinking": True, "runaway_thought": False}
     assert "stop_evidence" not in document
+    assert result.exit_code == 0  # a budget spent thinking, too short to call a loop: a plain length
+
+
+@pytest.mark.needs_torch
+def test_a_thought_that_loops_until_the_budget_is_a_runaway(tiny):
+    # the chain cycles "Okay, the answer" for ever: 300 tokens are ~150 words, nearly every 4-gram repeated
+    args = (str(tiny["never-closes"]), "-m", "user", "hi", "--max-new-tokens", "300", "--device", "cpu")
+    result = _cli(*args)
+    assert result.exit_code == 1, result.output
+    assert "never closed: the thought LOOPS (" in result.stdout and "until the budget ran out after 300 tokens" in result.stdout
+    document = _json(_cli(*args, "--json"))
+    assert document["reasoning"]["runaway_thought"] is True and document["reasoning"]["thought_repetition"] >= 0.9
+    assert "stop_evidence" not in document  # said as a looping thought, not measured as the weights
+    closes = _cli(str(tiny["closes"]), "-m", "user", "hi", "--max-new-tokens", "300", "--json", "--device", "cpu")
+    assert closes.exit_code == 0 and _json(closes)["reasoning"]["runaway_thought"] is False
 
 
 @pytest.mark.needs_torch

@@ -7,7 +7,10 @@ from what a server's reasoning parser split out (`reasoning_content` / `reasonin
 message, vLLM, SGLang, llama.cpp, Ollama): then the split is the server's, and the token count
 its `usage.completion_tokens_details.reasoning_tokens` when it gives one.
 
-Imports: analysis.diagnose (the generation data classes), template.reasoning (the structure).
+A thought that never closes is a runaway only when it loops (analysis.repetition: at least half of
+its last word 4-grams repeat); otherwise it is a budget spent thinking, like any plain `length`.
+
+Imports: analysis.diagnose (the generation data classes), analysis.repetition, template.reasoning.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Generation
+from stopdoctor.analysis.repetition import REPETITION_THRESHOLD, repeated_share
 from stopdoctor.core.errors import InputError
 from stopdoctor.template.reasoning import ReasoningStructure, Variant
 
@@ -81,6 +85,13 @@ class ReasoningOutcome:
     source: str  # "text" (read from the generated text) | "server" (the server's reasoning field)
     ran_out_thinking: bool  # cut by the budget inside the thought
     thought_in_prompt: str  # "open" (the prompt opened it), "closed" (an empty thought: thinking off), "none"
+    thought_repetition: float | None = None  # a thought cut by the budget: share of its last word 4-grams that repeat
+
+    @property
+    def runaway(self) -> bool:
+        """The budget ran out inside a thought that loops: no budget would have ended it."""
+        return self.ran_out_thinking and self.thought_repetition is not None and \
+            self.thought_repetition >= REPETITION_THRESHOLD
 
 
 def _prompt_state(reasoning: ReasoningStructure, prompt: str) -> str:
@@ -117,7 +128,8 @@ def reasoning_outcome(reasoning: ReasoningStructure, generation: Generation, mod
         closed = bool(answer.strip()) or not length
         return ReasoningOutcome(mode, reasoning.style, open_, close, True, closed,
                                 count if isinstance(count, int) and not isinstance(count, bool) else None,
-                                None, not answer.strip(), answer, field_text, "server", length and not closed, in_prompt)
+                                None, not answer.strip(), answer, field_text, "server", length and not closed, in_prompt,
+                                repeated_share(field_text) if length and not closed else None)
     start = text.find(open_) if open_ else -1
     if start >= 0:
         body_from = start
@@ -138,7 +150,8 @@ def reasoning_outcome(reasoning: ReasoningStructure, generation: Generation, mod
     if generation.steps:
         thought_tokens, answer_tokens = _count(generation, close, closed)
     return ReasoningOutcome(mode, reasoning.style, open_, close, True, closed, thought_tokens, answer_tokens,
-                            not answer.strip(), answer, thought_text, "text", length and not closed, in_prompt)
+                            not answer.strip(), answer, thought_text, "text", length and not closed, in_prompt,
+                            repeated_share(thought_text) if length and not closed else None)
 
 
 def _count(generation: Generation, close: str, closed: bool) -> tuple[int, int | None]:

@@ -289,7 +289,9 @@ def _is(path: Path, test: Any) -> bool:
 
 
 LLAMACPP_VALUE_FLAGS = ("-m", "--model", "--chat-template", "--chat-template-file", "--override-kv", "-r",
-                        "--reverse-prompt", "-n", "--n-predict", "-c", "--ctx-size", "-hf", "--hf-repo")
+                        "--reverse-prompt", "-n", "--n-predict", "-c", "--ctx-size", "-hf", "--hf-repo",
+                        "--reasoning-budget", "-rea", "--reasoning", "--reasoning-format", "--presence-penalty",
+                        "--temp")
 LLAMACPP_SWITCHES = ("--jinja", "--no-jinja", "--ignore-eos", "-cnv", "--conversation", "--special", "-sp")
 OVERRIDE_KV = re.compile(r"^(?P<key>[^=]+)=(?P<type>int|float|bool|str):(?P<value>.*)$")
 

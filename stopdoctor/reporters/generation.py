@@ -101,7 +101,8 @@ def reasoning_document(outcome: Any) -> dict[str, Any] | None:
             "thought": outcome.thought, "closed": outcome.closed, "thought_tokens": outcome.thought_tokens,
             "answer_tokens": outcome.answer_tokens, "answer_empty": outcome.answer_empty,
             "ran_out_thinking": outcome.ran_out_thinking, "thought_in_prompt": outcome.thought_in_prompt,
-            "source": outcome.source, "answer": outcome.answer, "thought_text": outcome.thought_text}
+            "source": outcome.source, "answer": outcome.answer, "thought_text": outcome.thought_text,
+            "thought_repetition": outcome.thought_repetition, "runaway_thought": outcome.runaway}
 
 
 def reasoning_line(outcome: Any) -> tuple[str, str] | None:
@@ -120,6 +121,10 @@ def reasoning_line(outcome: Any) -> tuple[str, str] | None:
         answer = "the answer is EMPTY" if outcome.answer_empty else (
             f"then {outcome.answer_tokens} answer tokens" if outcome.answer_tokens is not None else "then the answer")
         return ("bold red" if outcome.answer_empty else "green"), f"{mode}{frame} closed{count}{by}; {answer}"
+    if outcome.runaway:
+        return "bold red", (f"{mode}{frame} never closed: the thought LOOPS ({outcome.thought_repetition:.0%} of its last "
+                            f"word 4-grams repeat) until the budget ran out{count}; the answer is empty (sample as the "
+                            "card says: no greedy decoding, its presence penalty)")
     if outcome.ran_out_thinking:
         return "bold red", (f"{mode}{frame} never closed: the budget ran out inside the thought{count}; the answer is "
                             "empty (raise the budget, or turn thinking off)")

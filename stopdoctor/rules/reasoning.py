@@ -7,6 +7,15 @@ whose template shows no thought: precision first.
 Runtime behaviour cited: vLLM `vllm/reasoning/deepseek_r1_reasoning_parser.py` (text before `</think>`
 is reasoning, all of it when none comes), `qwen3_reasoning_parser.py`, `gptoss_reasoning_parser.py`;
 llama.cpp `common/arg.cpp` (`--reasoning-format none|deepseek|auto`, `--reasoning-budget`).
+The serving parser rules cite the source version they describe: vLLM's `qwen3` parser required both
+`<think>` and `</think>` in the output (`if self.start_token not in model_output or self.end_token not
+in model_output: return None, model_output`) until PR #34779 (vllm #22507 on 0.10.0, #27118 on
+0.11.0; fixed from 0.16.1rc0), while `deepseek_r1` reads a reply without `<think>` as reasoning up to
+`</think>`. llama.cpp (vendored by llama-cpp-python 0.3.36): `--reasoning off` only passes
+`enable_thinking=false` to the template (common/chat.cpp `common_chat_template_direct_apply_impl`),
+and `--reasoning-budget N` is applied only when the chat parser knows the thought's tags
+(tools/server/server-common.cpp: `if (!chat_params.thinking_end_tags.empty())`), which the
+`--no-jinja` legacy route never sets.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
+from stopdoctor.facts.card_sampling import card_sampling
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
@@ -24,6 +34,8 @@ from stopdoctor.rules.registry import Check, check
 HARMONY_PARSERS = frozenset({"openai_gptoss", "gpt_oss", "gptoss"})
 # Parsers that read everything before `</think>` as reasoning, all of the output when none comes.
 OPEN_ENDED_PARSERS = frozenset({"deepseek_r1"})
+# Parsers that needed the open tag in the output (vLLM's qwen3 until PR #34779, 0.16.1rc0).
+OPEN_TAG_PARSERS = frozenset({"qwen3"})
 MIN_REASONING_BUDGET = 1024  # below this a thinking model ends inside its thought on most prompts
 
 
@@ -114,16 +126,22 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
     """The server's reasoning parser does not read the model's thought framing.
 
     What it checks:
-    vLLM `--reasoning-parser` (or `reasoning_parser` in its YAML) and llama.cpp `--reasoning-format`
-    against the reasoning structure of the model's template: a Harmony parser on a `<think>` model
-    or the reverse; `deepseek_r1` on a model whose thinking can be turned off; a parser on a model
-    that does not think; `--reasoning-format none` on a thinking model.
+    vLLM `--reasoning-parser` (or `reasoning_parser` in its YAML) and llama.cpp `--reasoning-format`,
+    `--reasoning` and `--reasoning-budget` against the reasoning structure of the model's template: a
+    Harmony parser on a `<think>` model or the reverse; `deepseek_r1` on a model whose thinking can
+    be turned off; `qwen3` on a template whose prompt already opens the thought; a parser on a model
+    that does not think; `--reasoning-format none` on a thinking model; llama.cpp `--reasoning off`
+    on a template that `enable_thinking=false` does not turn off; `--reasoning-budget` with
+    `--no-jinja` or on a model that does not think.
 
     Why it matters:
     vLLM's `deepseek_r1` parser takes everything before `</think>` as reasoning, all of it when no
     `</think>` comes: on Qwen3 with `enable_thinking=false` every answer lands in
-    `reasoning_content` and `content` is empty (vllm #17327). llama.cpp `--reasoning-format none`
-    leaves the raw thought in `content`.
+    `reasoning_content` and `content` is empty (vllm #17327). vLLM's `qwen3` parser before 0.16.1
+    needed `<think>` in the output: on a prefilled template (Qwen3.5, Thinking-2507) the thought
+    stays in `content` (vllm #22507, #27118). llama.cpp `--reasoning-format none` leaves the raw
+    thought in `content`; `--reasoning off` only sets the template's `enable_thinking`; the reasoning
+    budget is applied only when the Jinja template's parser knows the thought's tags.
 
     Example:
     vllm serve Qwen/Qwen3-8B --reasoning-parser deepseek_r1
@@ -151,11 +169,49 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
             yield self.finding(f"--reasoning-parser {name} reads all output before {reasoning.close} as reasoning; with "
                                f"{reasoning.can_disable} no {reasoning.close} comes and every answer lands in reasoning_content",
                                "use --reasoning-parser qwen3 (it reads a reply without the thought as content)", where)
+        elif name in OPEN_TAG_PARSERS and serving.kind == "vllm" and reasoning.prefilled and reasoning.open == "<think>":
+            yield self.finding(f"the prompt already opens the thought ({reasoning.open}), so the output holds only "
+                               f"{reasoning.close}; vLLM's {name} parser before 0.16.1 needs both tags and then puts the "
+                               "whole thought and the answer in content (vllm #22507, #27118)",
+                               "use vLLM 0.16.1 or later (PR #34779); on an older vLLM use --reasoning-parser deepseek_r1 "
+                               "if thinking is never turned off", where)
+    yield from _llamacpp_reasoning(serving, reasoning, self)
     fmt = _option(serving, "--reasoning-format")
     if fmt is not None and str(fmt.value).strip().lower() == "none" and reasoning.is_reasoning and reasoning.default_on is not False:
         yield self.finding(f"--reasoning-format none on a thinking model: the raw {reasoning.open or 'thought'}…{reasoning.close} "
                            "stays in content", "drop --reasoning-format none (auto splits reasoning_content out)",
                            serving.location(fmt.key))
+
+
+def _llamacpp_reasoning(serving, reasoning, self: Check):
+    """llama.cpp's `--reasoning off` and `--reasoning-budget N` against what the template can do."""
+    if serving.kind != "llamacpp":
+        return
+    switch = _option(serving, "-rea", "--reasoning")
+    if switch is not None and str(switch.value).strip().lower() in ("off", "false", "0", "no") \
+            and reasoning.is_reasoning and reasoning.default_on is not False:
+        off = dict(reasoning.disable_with.extra) if reasoning.disable_with is not None else {}
+        if off.get("enable_thinking") is not False:
+            how = f"its switch is {reasoning.can_disable}" if reasoning.can_disable else "it has no switch to turn thinking off"
+            yield self.finding(f"{switch.key} off only passes enable_thinking=false to the chat template; {how}, so the "
+                               f"model still writes its {reasoning.open or 'thought'}…{reasoning.close}",
+                               "use --reasoning-budget 0 (it forces the close at once), or a template whose "
+                               "enable_thinking=false writes a closed thought", serving.location(switch.key))
+    budget = _option(serving, "--reasoning-budget")
+    try:
+        tokens = int(str(budget.value)) if budget is not None else -1
+    except ValueError:
+        return
+    if tokens < 0:
+        return
+    if not reasoning.is_reasoning:
+        yield self.finding(f"--reasoning-budget {tokens} on a model whose template shows no thought: it has no effect",
+                           "drop --reasoning-budget, or check that this is the model you meant",
+                           serving.location(budget.key), Severity.INFO)
+    elif "--no-jinja" in serving.options:
+        yield self.finding(f"--reasoning-budget {tokens} with --no-jinja: the legacy template route knows no thought tags, "
+                           "so llama.cpp never applies the budget and the thought runs unbounded",
+                           "drop --no-jinja (the budget needs the Jinja template's parser)", serving.location(budget.key))
 
 
 @check("SD451", "reasoning-budget-too-small", Severity.WARNING, input=ServingInput)
@@ -237,3 +293,70 @@ def stop_inside_thought(subject: ServingInput, self: Check):
         if hazard is not None:
             yield self.finding(f"stop id {setting.value} ({text}): {hazard}", "remove it", serving.location(setting.key),
                                Severity.ERROR)
+
+
+# Where a serving file sets presence penalty and temperature, per kind (vLLM takes neither from the
+# server: its generation-config keys are the five of runtimes/sampling.py, so only requests set them).
+_SERVED_KEYS = {"request": {"presence_penalty": ("presence_penalty",), "temperature": ("temperature",)},
+                "ollama": {"presence_penalty": ("PARAMETER presence_penalty",), "temperature": ("PARAMETER temperature",)},
+                "llamacpp": {"presence_penalty": ("--presence-penalty",), "temperature": ("--temp",)}}
+
+
+def _served_number(serving, names: tuple[str, ...]):
+    setting = _option(serving, *names)
+    if setting is None:
+        return None, None
+    try:
+        return float(setting.value), setting
+    except (TypeError, ValueError):
+        return None, setting
+
+
+@check("SD453", "reasoning-sampling-against-card", Severity.WARNING, input=ServingInput)
+def reasoning_sampling_against_card(subject: ServingInput, self: Check):
+    """A thinking model is served without the presence penalty its card asks for, or greedily.
+
+    What it checks:
+    On a model that thinks by default and whose model card (README.md) recommends a presence
+    penalty above 0 or a temperature above 0: a request body, Ollama Modelfile or llama.cpp command
+    that sets no presence penalty (or 0), or sets temperature 0. vLLM servers are not checked:
+    presence penalty comes only from each request there.
+
+    Why it matters:
+    Every runtime's presence penalty defaults to 0 (vLLM `SamplingParams`, llama.cpp
+    `common_params_sampling`, Ollama `DefaultOptions`) and generation_config.json cannot carry one
+    to vLLM. Quantized Qwen3 cards ask for `presence_penalty=1.5` "to suppress repetitive outputs":
+    without it thoughts loop (1Cat-vLLM #569: 251 repeats). Greedy thinking loops until the budget
+    runs out (Qwen3, DeepSeek-R1 cards: "DO NOT use greedy decoding").
+
+    Example:
+    {"messages": [...], "max_tokens": 4096} for Qwen3-8B-AWQ, whose card says presence_penalty=1.5.
+
+    Fix:
+    Set the card's values in the request (`"presence_penalty": 1.5`), the Modelfile
+    (`PARAMETER presence_penalty 1.5`) or the command (`--presence-penalty 1.5`).
+    """
+    analysis, serving = subject.analysis, subject.serving
+    reasoning = analysis.reasoning
+    keys = _SERVED_KEYS.get(serving.kind)
+    if keys is None or not reasoning.is_reasoning or reasoning.default_on is False:
+        return
+    card = card_sampling(analysis.facts)
+    wanted = card.get("presence_penalty")
+    if wanted is not None and isinstance(wanted.value, (int, float)) and wanted.value > 0:
+        value, setting = _served_number(serving, keys["presence_penalty"])
+        if value is None or value <= 0:
+            said = f"sets presence penalty {value:g}" if value is not None else "sets no presence penalty (every runtime's default is 0)"
+            yield self.finding(f"the model card asks for presence_penalty {wanted.value:g} (README.md:{wanted.location.line}); "
+                               f"this {serving.kind} {said}: a thinking model repeats itself until the budget runs out",
+                               f"set presence_penalty {wanted.value:g} as the card says ({keys['presence_penalty'][0]})",
+                               serving.location(setting.key if setting is not None else None),
+                               recommended=wanted.value)
+    temperature = card.get("temperature")
+    if temperature is not None and isinstance(temperature.value, (int, float)) and temperature.value > 0:
+        value, setting = _served_number(serving, keys["temperature"])
+        if value is not None and value <= 0:
+            yield self.finding(f"temperature {value:g} (greedy) on a thinking model whose card recommends "
+                               f"{temperature.value:g} (README.md:{temperature.location.line}): greedy thinking loops",
+                               f"set temperature {temperature.value:g} as the card says", serving.location(setting.key),
+                               recommended=temperature.value)

@@ -39,6 +39,7 @@ _SWITCH_NAME = re.compile(r"(?<![\w.'\"\[])([A-Za-z_]*(?:think|reason|effort)[A-
 _NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinking_end_token", "think_begin_token",
                            "think_end_token", "reasoning_instructions"})
 _MAX_VARIANTS = 24
+_THOUGHT_NAME = re.compile(r"think|thought|reason", re.I)
 
 
 @dataclass(frozen=True)
@@ -304,19 +305,27 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     literal_tags = set(_TAG.findall(source)) | {k for k in known if k in source}
     added = [_tags(p[1], known) for v, p in prompts.items() if v != Variant() and p[1] != default[1]]
     added_tags = [t for tags in added for t in tags if t not in default[1]]
-    for open_tag, close in _candidate_pairs([*endings.values(), *added_tags], prompts.values(), literal_tags, known):
-        if open_tag in header_tags:
-            continue  # a turn header's tag, not a thought's
-        state = {v: _state(p[0], open_tag, close, known) for v, p in prompts.items()}
+    # Tags the default prompt writes in its own text (Phi-4-reasoning's system message asks for
+    # `<think> {Thought section} </think>`): a candidate only when its name speaks of a thought.
+    told_tags = [t for t in _tags(default[1], known) if _THOUGHT_NAME.search(_core(t))]
+    for open_tag, close in _candidate_pairs([*endings.values(), *added_tags, *told_tags], prompts.values(),
+                                            literal_tags, known):
         mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
                    and not _names_pair(default[1], open_tag, close)]
+        # The default prompt itself (before the user's text) tells the model to write its thought
+        # between the tags.
+        told = not mention and _THOUGHT_NAME.search(_core(open_tag)) is not None \
+            and _names_pair(default[1][:default[1].find(_U)] if _U in default[1] else "", open_tag, close)
+        if open_tag in header_tags and not told:
+            continue  # a turn header's tag, not a thought's
+        state = {v: _state(p[0], open_tag, close, known) for v, p in prompts.items()}
         shown = {s for s in state.values() if s != "plain"}
-        if not shown and not mention:
+        if not shown and not mention and not told:
             continue
         field_name, thought = _thought_field(probe, open_tag, close)
         stripped_history = _history_stripped(probe, field_name, open_tag, close)
         if not thought and not stripped_history and not ("empty" in shown or "closed" in shown and "open" in shown) \
-                and not mention:
+                and not mention and not told:
             continue  # the pair is never shown around a thought: not a thought's tags
         base = state[Variant()]
         default_on = base in ("open", "plain")
@@ -329,6 +338,8 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
                     if state[v] != "plain"][:3]
         if mention:
             evidence.append(f"with {mention[0].describe()} the template names {open_tag}…{close}")
+        if told:
+            evidence.append(f"the default prompt asks for the thought between {open_tag} and {close}")
         return ReasoningStructure(
             "think-tags", open_tag, close, prefilled=base == "open", default_on=default_on,
             can_disable=off.describe() if default_on and off is not None else None,

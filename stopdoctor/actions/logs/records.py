@@ -8,7 +8,7 @@ The first parse of a line reads every scalar path at once (one yyjson parse); ar
 a second look (Anthropic/Bedrock content blocks, Gemini parts, Responses output items, OTLP spans,
 the choices of an n > 1 response) are read again only on lines of that shape.
 
-Imports: actions.logs (shapes, sql, vocabulary). Builds text only; runs nothing.
+Imports: actions.logs (shapes, sql, vocabulary), analysis.repetition. Builds text only; runs nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from stopdoctor.actions.logs.shapes import FAMILY_FIELDS, FINISH_REASONS, GEMINI
 from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.analysis.repetition import REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW
 
-# Problem thresholds (documented in the README and the rules' docs).
-REPETITION_WINDOW = 400  # words: a loop is at the end of an answer, so the last 400 words are scored
-REPETITION_MIN_WORDS = 50  # fewer words than this are never a loop
-REPETITION_THRESHOLD = 0.5  # share of repeated word 4-grams in the window
+# Problem thresholds (documented in the README and the rules' docs); the repetition ones are
+# `analysis.repetition`'s, shared with `generate`.
 REASONING_SHARE = 0.9  # reasoning tokens of the output tokens, for reasoning-consumed-budget
 TAIL = 120  # characters of an answer's end kept for examples
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stopdoctor.actions.logs.records import REASONING_SHARE, REPETITION_THRESHOLD
+from stopdoctor.actions.logs.records import REASONING_SHARE
+from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 from stopdoctor.actions.logs.report import HISTOGRAM_BINS, PROBLEMS, Charts, Example, Problem, Timeline, TokenHistogram
 
 # Which records each problem counts, as a condition on the records table.
