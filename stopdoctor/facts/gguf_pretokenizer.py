@@ -1,0 +1,93 @@
+"""How a GGUF's BPE vocabulary splits text before merges: what `tokenizer.ggml.pre` means.
+
+The key is the GGUF format's own, and its meaning is llama.cpp's: `src/llama-vocab.cpp`
+(`llama_vocab::impl::load` maps the name to a pre-tokenizer type; the `llm_tokenizer_bpe`
+constructor gives each type its list of regular expressions, applied one after the other, each
+splitting every piece the previous ones left, matches and the text between them alike). A name
+llama.cpp knows but transformers' GGUF converter does not (`smollm`, `gpt-2`, `default`, ...)
+leaves transformers on GPT-2's byte-level split, which tokenizes digits and whitespace runs
+differently: "   0" or "\\n\\n\\n1" in SmolLM2 got other ids than llama-server's `/tokenize`.
+
+Only the families whose expressions the `tokenizers` library (Oniguruma) runs as llama.cpp does
+are listed; the others keep transformers' split. Measured against llama-server b10434
+(tests/test_llama_server.py) on the real SmolLM2 vocabulary with `tokenizer.ggml.pre` rewritten
+to each family's name.
+
+Imports: tokenizers, lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tokenizers
+
+# llama.cpp's GPT-2 expression: tokenizer.json's without the final `|\s+` (whitespace it leaves
+# unmatched still becomes its own piece, so the split is the same).
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+# llama.cpp writes `(?i:'s|...)` as `(?:'[sS]|...)` for std::regex; Oniguruma takes the original.
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """One llama.cpp pre-tokenizer type: its expressions, and whether a piece that is itself in the
+    vocabulary is taken whole before merges (`ignore_merges`)."""
+
+    type_name: str  # llama.cpp's LLAMA_VOCAB_PRE_TYPE_* name
+    regexes: tuple[str, ...]
+    ignore_merges: bool = False
+
+
+DEFAULT = PreTokenizer("DEFAULT", (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"))
+_FALCON = PreTokenizer("FALCON", (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"))
+_SMOLLM = PreTokenizer("SMOLLM", (r"\p{N}", _GPT2))  # also STARCODER, REFACT, COMMAND_R, ...
+_GPT2_TYPE = PreTokenizer("GPT2", (_GPT2,))
+_LLAMA3_TYPE = PreTokenizer("LLAMA3", (_LLAMA3,), ignore_merges=True)
+_SMAUG = PreTokenizer("SMAUG", (_LLAMA3,))  # DBRX and SMAUG: llama3's expression, merges applied
+_CHATGLM4 = PreTokenizer("CHATGLM4", (_LLAMA3,))
+_GLM4 = PreTokenizer("CHATGLM4", (_LLAMA3,), ignore_merges=True)
+_QWEN2_TYPE = PreTokenizer("QWEN2", (_QWEN2,))
+
+# tokenizer.ggml.pre → type, as llama_vocab::impl::load maps them (BPE vocabularies only).
+BY_NAME: dict[str, PreTokenizer] = {
+    "default": DEFAULT,
+    "falcon": _FALCON,
+    **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
+                     "mellum2"), _SMOLLM),
+    **dict.fromkeys(("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+                     "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
+                     "trillion", "granite-docling", "exaone4"), _GPT2_TYPE),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                     "jina-v5-nano"), _LLAMA3_TYPE),
+    **dict.fromkeys(("dbrx", "smaug-bpe"), _SMAUG),
+    "chatglm-bpe": _CHATGLM4,
+    **dict.fromkeys(("glm4", "glm5"), _GLM4),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan",
+                     "solar-open", "grok-2"), _QWEN2_TYPE),
+}
+
+
+def llama_cpp_pre_tokenizer(name: str | None) -> PreTokenizer | None:
+    """The pre-tokenizer llama.cpp uses for a BPE vocabulary whose `tokenizer.ggml.pre` is `name`
+    (absent or empty: DEFAULT, with the "GENERATION QUALITY WILL BE DEGRADED" warning); None for
+    a name this table does not hold."""
+    if name is None or not name.strip():
+        return DEFAULT
+    return BY_NAME.get(name)
+
+
+def apply(backend: tokenizers.Tokenizer, pre: PreTokenizer) -> None:
+    """Split `backend`'s text as llama.cpp does: each expression in turn, then GPT-2's byte mapping."""
+    from tokenizers import Regex, pre_tokenizers
+
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in pre.regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if pre.ignore_merges and hasattr(backend.model, "ignore_merges"):
+        backend.model.ignore_merges = True
