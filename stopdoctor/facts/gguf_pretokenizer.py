@@ -9,7 +9,9 @@ leaves transformers on GPT-2's byte-level split, which tokenizes digits and whit
 differently: "   0" or "\\n\\n\\n1" in SmolLM2 got other ids than llama-server's `/tokenize`.
 
 Only the families whose expressions the `tokenizers` library (Oniguruma) runs as llama.cpp does
-are listed; the others keep transformers' split. Measured against llama-server b10434
+are listed; the others keep transformers' split. `unreachable` tells which of a vocabulary's tokens
+a pre-tokenizer can never produce (it cuts their text apart before merges run): the evidence that
+a vocabulary was trained with another one (rule SD272). Measured against llama-server b10434
 (tests/test_llama_server.py) on the real SmolLM2 vocabulary with `tokenizer.ggml.pre` rewritten
 to each family's name.
 
@@ -18,6 +20,7 @@ Imports: tokenizers, lazily.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,7 +61,7 @@ _QWEN2_TYPE = PreTokenizer("QWEN2", (_QWEN2,))
 BY_NAME: dict[str, PreTokenizer] = {
     "default": DEFAULT,
     "falcon": _FALCON,
-    **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
+    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
                      "mellum2"), _SMOLLM),
     **dict.fromkeys(("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
                      "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
@@ -91,3 +94,50 @@ def apply(backend: tokenizers.Tokenizer, pre: PreTokenizer) -> None:
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     if pre.ignore_merges and hasattr(backend.model, "ignore_merges"):
         backend.model.ignore_merges = True
+
+
+def families() -> list[tuple[str, PreTokenizer]]:
+    """One (first name, pre-tokenizer) per distinct split in the table, in table order."""
+    seen: dict[tuple[str, ...], tuple[str, PreTokenizer]] = {}
+    for name, pre in BY_NAME.items():
+        seen.setdefault(pre.regexes, (name, pre))
+    return list(seen.values())
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-to-character mapping, reversed: printable bytes stand for themselves, the
+    others for the characters from U+0100 on, in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    shifted = [b for b in range(256) if b not in kept]
+    return {**{chr(b): b for b in kept}, **{chr(256 + n): b for n, b in enumerate(shifted)}}
+
+
+def byte_level_texts(tokens: Sequence[str], types: Iterable[int] | None) -> list[str]:
+    """The text of each normal (type 1, or untyped) token of two or more characters of a byte-level
+    BPE vocabulary; a token whose bytes are not whole UTF-8 (a piece of a character) is left out."""
+    decoder = _byte_decoder()
+    kinds = list(types) if types is not None else [1] * len(tokens)
+    out = []
+    for token, kind in zip(tokens, kinds):
+        if int(kind) != 1 or len(token) < 2:
+            continue
+        try:
+            out.append(bytes(decoder[c] for c in token).decode("utf-8"))
+        except (KeyError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def unreachable(texts: Iterable[str], pre: PreTokenizer, limit: int | None = None) -> list[str]:
+    """The texts `pre` splits into two or more pieces: BPE merges run inside one piece, so under
+    this pre-tokenizer llama.cpp never produces these tokens. Stops after `limit` of them."""
+    from tokenizers import Regex, pre_tokenizers
+
+    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in pre.regexes])
+    out = []
+    for text in texts:
+        if len(split.pre_tokenize_str(text)) > 1:
+            out.append(text)
+            if limit is not None and len(out) >= limit:
+                break
+    return out

@@ -6,7 +6,8 @@ llama-cpp-python 0.3.36): a BPE vocabulary (`tokenizer.ggml.model` gpt2, hybridd
 needs `tokenizer.ggml.merges` ("cannot find tokenizer merges in model file" otherwise, except for
 the kimi-k2 pre-tokenizer) and a `tokenizer.ggml.pre` naming its pre-tokenizer; without one it
 falls back to `default` and logs "GENERATION QUALITY WILL BE DEGRADED". SentencePiece (`llama`)
-and WordPiece vocabularies have no pre-tokenizer.
+and WordPiece vocabularies have no pre-tokenizer. A named pre-tokenizer that cuts apart tokens of
+the vocabulary, where another keeps them all whole, is the wrong one (SD272).
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from __future__ import annotations
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
+from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, unreachable
 from stopdoctor.rules.registry import Check, check
 
 BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
 PRE_KEY = "tokenizer.ggml.pre"
+# Tokens the named split must cut apart before SD272 speaks: a correct file leaves none (SmolLM2
+# under smollm, falcon-40b under falcon, Pythia under gpt-2: 0 of 48,700-63,952 each).
+MIN_UNREACHABLE = 10
 MERGES_KEY = "tokenizer.ggml.merges"
 
 
@@ -101,3 +106,63 @@ def gguf_merges_missing(analysis: Analysis, self: Check):
         f"(\"cannot find tokenizer merges in model file\")",
         "convert the model again from its HF folder (tokenizer.json holds the merges)",
         Location(file, MERGES_KEY))
+
+
+@check("SD272", "pre-tokenizer-mismatch", Severity.WARNING)
+def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
+    """A BPE GGUF names a pre-tokenizer that cuts apart tokens of its own vocabulary.
+
+    What it checks:
+    A byte-level BPE GGUF (`gpt2`) whose `tokenizer.ggml.pre` names a split llama.cpp applies with
+    expressions stopdoctor knows: the vocabulary's ordinary tokens are split with it. A token it
+    cuts into two or more pieces can never be produced, since merges run inside one piece. At least
+    10 such tokens, while another known split keeps every token whole, is the evidence that the
+    vocabulary was trained with that other pre-tokenizer. No model-name list is consulted.
+
+    Why it matters:
+    llama.cpp encodes every prompt with the named split: text the model saw as one token (a
+    whitespace run, a number, `'s`) reaches it as pieces it never met in training, and a turn
+    marker or stop string written as text tokenizes differently (llama.cpp #7724: a Llama-3
+    vocabulary marked `smaug-bpe`, when that name still split differently; llama.cpp b10434 gives
+    `smaug-bpe` llama3's expression).
+
+    Example:
+    SmolLM2 (`smollm`) relabelled `llama3`: llama3's `\\s*[\\r\\n]+` cuts 117 of its whitespace
+    tokens such as "\\n   ", which the smollm and gpt-2 splits keep whole.
+
+    Fix:
+    Convert the model again with a current `convert_hf_to_gguf.py` (it names the pre-tokenizer by
+    hashing the HF tokenizer's output), or set `tokenizer.ggml.pre` to the split that fits.
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp`: `llama_vocab::impl::load` maps the name to a type; the
+    `llm_tokenizer_bpe` constructor gives each type its expressions (see
+    `stopdoctor/facts/gguf_pretokenizer.py`).
+    """
+    header = _bpe_header(analysis)
+    if header is None or header.tokenizer_model != "gpt2":
+        return
+    name = header.get(PRE_KEY)
+    if not isinstance(name, str) or not name.strip():
+        return  # SD270 says so
+    declared = llama_cpp_pre_tokenizer(name)
+    tokens = header.tokens
+    if declared is None or not tokens:
+        return
+    texts = byte_level_texts(tokens, header.token_types)
+    cut = unreachable(texts, declared)
+    if len(cut) < MIN_UNREACHABLE:
+        return
+    fits = [(other, pre) for other, pre in families()
+            if pre.regexes != declared.regexes and not unreachable(texts, pre, limit=1)]
+    if not fits:
+        return  # no known split explains the vocabulary either: no evidence which one is right
+    examples = ", ".join(repr(text) for text in cut[:3])
+    names = ", ".join(f"{other} ({pre.type_name})" for other, pre in fits)
+    file = next(iter(analysis.facts.source.files))
+    yield self.finding(
+        f"{len(cut)} of the vocabulary's {len(texts)} ordinary tokens ({examples}, ...) can never be produced "
+        f"under {PRE_KEY} '{name}': llama.cpp's {declared.type_name} split cuts each of them apart, while "
+        f"{names} {'keeps' if len(fits) == 1 else 'keep'} every token whole; the vocabulary was trained with another pre-tokenizer",
+        f"convert the model again with a current convert_hf_to_gguf.py, or set {PRE_KEY} to {fits[0][0]!r}",
+        Location(file, PRE_KEY), declared=name, unreachable=len(cut), fits=[other for other, _ in fits])
