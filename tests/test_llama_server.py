@@ -94,3 +94,40 @@ def test_each_pre_tokenizer_family_splits_as_llama_cpp(family, name, real_gguf_m
     tokenizer = load_model(str(path)).vocab.tokenizer()
     with running_llama_server(path, tmp_path / "server.log") as server:
         assert _differences(tokenizer, server, PROBES + RANDOM) == []
+
+
+def _retyped(source, target, token_id: int, token_type: int):
+    from stopdoctor.facts.gguf import read_header
+    from tests.gguf_rewrite import pack_int32_array
+
+    types = [int(t) for t in read_header(source).token_types]
+    types[token_id] = token_type
+    return with_value(source, target, "tokenizer.ggml.token_type", pack_int32_array(types))
+
+
+def test_a_turn_marker_typed_ordinary_is_split_by_llama_cpp_and_flagged(real_gguf_models, tmp_path):
+    """llama.cpp #7062: SmolLM2's <|im_start|> (id 1) typed normal. llama-server splits it into
+    pieces, and SD273 says so; typed control (the real file) it is one id and SD273 is silent."""
+    from stopdoctor.api import inspect_model
+
+    path = _retyped(real_gguf_models.smollm2_gguf, tmp_path / "start-normal.gguf", 1, 1)
+    with running_llama_server(path, tmp_path / "server.log") as server:
+        split = server.tokenize("<|im_start|>user\n")
+    (finding,) = [f for f in inspect_model(str(path)).findings if f.code == "SD273"]
+    assert finding.name == "special-token-not-single" and finding.evidence["token_id"] == 1
+    assert 1 not in split and len(split) > finding.evidence["pieces"] >= 2
+    assert load_model(str(path)).vocab.tokenizer().encode("<|im_start|>user\n", add_special_tokens=False).ids == split
+    assert "SD273" not in {f.code for f in inspect_model(str(real_gguf_models.smollm2_gguf)).findings}
+
+
+def test_an_end_marker_typed_ordinary_is_retyped_by_llama_cpp_so_no_eos_error(real_gguf_models, tmp_path):
+    """<|im_end|> (id 2, the eos) typed normal: llama.cpp retypes it to control by its text (it logs
+    "control-looking token") and still encodes it as one id, so neither SD103 (an ordinary eos)
+    nor SD273 may fire."""
+    from stopdoctor.api import inspect_model
+
+    path = _retyped(real_gguf_models.smollm2_gguf, tmp_path / "end-normal.gguf", 2, 1)
+    with running_llama_server(path, tmp_path / "server.log") as server:
+        assert 2 in server.tokenize("Paris<|im_end|>\n")
+        assert "control-looking token:      2 '<|im_end|>'" in server.log.read_text()
+    assert not {"SD103", "SD273"} & {f.code for f in inspect_model(str(path)).findings}

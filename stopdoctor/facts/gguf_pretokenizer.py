@@ -128,12 +128,21 @@ def byte_level_texts(tokens: Sequence[str], types: Iterable[int] | None) -> list
     return out
 
 
+def _splitter(pre: PreTokenizer):
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in pre.regexes])
+
+
+def split_text(text: str, pre: PreTokenizer) -> list[str]:
+    """The pieces `pre` cuts `text` into before merges."""
+    return [piece for piece, _ in _splitter(pre).pre_tokenize_str(text)]
+
+
 def unreachable(texts: Iterable[str], pre: PreTokenizer, limit: int | None = None) -> list[str]:
     """The texts `pre` splits into two or more pieces: BPE merges run inside one piece, so under
     this pre-tokenizer llama.cpp never produces these tokens. Stops after `limit` of them."""
-    from tokenizers import Regex, pre_tokenizers
-
-    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in pre.regexes])
+    split = _splitter(pre)
     out = []
     for text in texts:
         if len(split.pre_tokenize_str(text)) > 1:

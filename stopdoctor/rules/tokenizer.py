@@ -7,22 +7,31 @@ needs `tokenizer.ggml.merges` ("cannot find tokenizer merges in model file" othe
 the kimi-k2 pre-tokenizer) and a `tokenizer.ggml.pre` naming its pre-tokenizer; without one it
 falls back to `default` and logs "GENERATION QUALITY WILL BE DEGRADED". SentencePiece (`llama`)
 and WordPiece vocabularies have no pre-tokenizer. A named pre-tokenizer that cuts apart tokens of
-the vocabulary, where another keeps them all whole, is the wrong one (SD272).
+the vocabulary, where another keeps them all whole, is the wrong one (SD272). llama.cpp matches
+control and user-defined tokens whole before splitting; a template marker typed as an ordinary
+token is split like any text (SD273).
 """
 
 from __future__ import annotations
 
+import re
+
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
-from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, unreachable
+from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, split_text, unreachable
 from stopdoctor.rules.registry import Check, check
+from stopdoctor.runtimes.stops import llama_cpp_control_by_text
 
 BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
 PRE_KEY = "tokenizer.ggml.pre"
 # Tokens the named split must cut apart before SD272 speaks: a correct file leaves none (SmolLM2
 # under smollm, falcon-40b under falcon, Pythia under gpt-2: 0 of 48,700-63,952 each).
 MIN_UNREACHABLE = 10
+TYPE_KEY = "tokenizer.ggml.token_type"
+TOKEN_NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
+# Marker-shaped pieces of the template's turn headers and end-of-turn texts: <|im_start|>, [INST].
+MARKER = re.compile(r"<[^<>\s]{1,64}>|\[[^\[\]\s]{1,64}\]")
 MERGES_KEY = "tokenizer.ggml.merges"
 
 
@@ -166,3 +175,61 @@ def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
         f"{names} {'keeps' if len(fits) == 1 else 'keep'} every token whole; the vocabulary was trained with another pre-tokenizer",
         f"convert the model again with a current convert_hf_to_gguf.py, or set {PRE_KEY} to {fits[0][0]!r}",
         Location(file, PRE_KEY), declared=name, unreachable=len(cut), fits=[other for other, _ in fits])
+
+
+@check("SD273", "special-token-not-single", Severity.ERROR)
+def special_token_not_single(analysis: Analysis, self: Check):
+    """A turn marker the template writes is a token of the GGUF, typed as an ordinary one: llama.cpp
+    splits its text into pieces.
+
+    What it checks:
+    Each marker-shaped piece (`<...>`, `[...]`) of the template's turn headers and end-of-turn
+    texts that is one token of a byte-level BPE GGUF whose `tokenizer.ggml.token_type` says normal
+    (1), that llama.cpp does not retype to control by its text (its end-of-generation, end-of-turn
+    and fill-in-the-middle lists), and that the GGUF's pre-tokenizer cuts into two or more pieces.
+
+    Why it matters:
+    llama.cpp matches only control, user-defined and unknown tokens whole before it splits text
+    (`tokenizer_st_partition`); an ordinary token is reached through merges, and merges run inside
+    one piece. The prompt then carries `<|`, `im`, `_`, `start`, `|>` where the model was trained
+    on one id: it cannot tell where a turn begins or ends (llama.cpp #7062).
+
+    Example:
+    SmolLM2 with `<|im_start|>` (id 1) typed 1: llama-server's `/tokenize` gives 7 ids for it.
+
+    Fix:
+    Set the token's `tokenizer.ggml.token_type` to 3 (control), or convert the model again
+    (`convert_hf_to_gguf.py` types the tokenizer's special tokens as control).
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp`: `cache_special_tokens` holds the tokens with the CONTROL,
+    USER_DEFINED or UNKNOWN attribute; `tokenizer_st_partition` cuts the text at them; the
+    "control-looking token" override retypes the texts of its end-of-generation lists.
+    """
+    header = _bpe_header(analysis)
+    if header is None or header.tokenizer_model != "gpt2":
+        return
+    pre = llama_cpp_pre_tokenizer(header.get(PRE_KEY))
+    types = header.token_types
+    if pre is None or types is None:
+        return
+    vocab = analysis.facts.vocab
+    retyped = llama_cpp_control_by_text(analysis.facts)
+    written = [*analysis.turn_headers.values(), *(marker.text for marker in analysis.end_of_turn)]
+    file = next(iter(analysis.facts.source.files))
+    for text in dict.fromkeys(m for piece in written for m in MARKER.findall(piece)):
+        token_id = vocab.id_of(text)
+        if token_id is None or not 0 <= token_id < len(types) or token_id in retyped:
+            continue
+        if int(types[token_id]) != TOKEN_NORMAL:
+            continue
+        pieces = split_text(text, pre)
+        if len(pieces) < 2:
+            continue
+        yield self.finding(
+            f"the chat template writes {text} (id {token_id}), which the GGUF types as an ordinary token "
+            f"({TYPE_KEY}[{token_id}] = 1): llama.cpp matches only control and user-defined tokens whole, and its "
+            f"{pre.type_name} split cuts {text} into {len(pieces)} pieces ({' '.join(repr(p) for p in pieces)}) "
+            f"before merges, so the model never gets the id it was trained on",
+            f"set {TYPE_KEY}[{token_id}] to 3 (control), or convert the model again with a current convert_hf_to_gguf.py",
+            Location(file, TYPE_KEY), token_id=token_id, token=text, pieces=len(pieces))

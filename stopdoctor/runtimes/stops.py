@@ -57,6 +57,19 @@ LLAMA_CPP_FIM_EOG_TEXTS = {  # fim ids that are also EOG, and the texts that aut
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
 }
+
+
+def llama_cpp_control_by_text(facts: ModelFacts) -> set[int]:
+    """Ids llama.cpp makes control whatever the GGUF's token type says (it logs "control-looking
+    token ... its type will be overridden"): every token on LLAMA_CPP_EOG_TEXTS, always, and the
+    eot/eom/fim tokens it auto-detects by text when no key names them (taken here whenever their
+    text is on the lists: a superset, so a rule that needs a token *not* retyped stays silent)."""
+    vocab = facts.vocab
+    texts = LLAMA_CPP_EOG_TEXTS + LLAMA_CPP_EOT_TEXTS + LLAMA_CPP_EOM_TEXTS + tuple(
+        t for group in LLAMA_CPP_FIM_EOG_TEXTS.values() for t in group)
+    return {i for i in (vocab.id_of(t) for t in dict.fromkeys(texts)) if i is not None}
+
+
 # llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
 LLAMA_CPP_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
 
