@@ -147,13 +147,14 @@ def test_pre_tokenizer_mismatch_on_relabelled_smollm2(real_gguf_models, tmp_path
 @pytest.mark.parametrize("repo, pre", [("Decentralised-AI__falcon-40b", "falcon"), ("junqi-jiang__oasstpythia1.5brm", "gpt-2")])
 def test_a_vocabulary_under_its_own_pre_tokenizer_loses_no_token(realworld, repo, pre):
     """SD272's precision, measured on real byte-level BPE vocabularies (their tokenizer.json names the
-    split they were trained with): under it, none of their 49,640-63,952 ordinary tokens is cut."""
+    split they were trained with): under it, none of their 2,288 and 4,605 ordinary non-word tokens
+    (the ones a split could cut) is cut."""
     from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, llama_cpp_pre_tokenizer, unreachable
 
     data = json.loads((realworld / repo / "tokenizer.json").read_text())
     added = {token["content"] for token in data.get("added_tokens", [])}
     vocab = sorted(data["model"]["vocab"], key=data["model"]["vocab"].get)
     texts = byte_level_texts(vocab, [3 if token in added else 1 for token in vocab])
-    assert len(texts) > 40_000
+    assert len(texts) > 2000
     assert unreachable(texts, llama_cpp_pre_tokenizer(pre)) == []
     assert unreachable(texts, llama_cpp_pre_tokenizer("qwen2"), limit=10)  # and a wrong split does cut some

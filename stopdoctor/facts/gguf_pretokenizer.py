@@ -114,17 +114,22 @@ def _byte_decoder() -> dict[str, int]:
 
 def byte_level_texts(tokens: Sequence[str], types: Iterable[int] | None) -> list[str]:
     """The text of each normal (type 1, or untyped) token of two or more characters of a byte-level
-    BPE vocabulary; a token whose bytes are not whole UTF-8 (a piece of a character) is left out."""
-    decoder = _byte_decoder()
+    BPE vocabulary that some split in the table could cut: a token whose bytes are not whole UTF-8
+    (a piece of a character) is left out, and so is a word (letters, maybe after one space), which
+    every split here keeps whole (` ?\\p{L}+` and its relatives)."""
+    table = str.maketrans({char: chr(byte) for char, byte in _byte_decoder().items()})
     kinds = list(types) if types is not None else [1] * len(tokens)
     out = []
     for token, kind in zip(tokens, kinds):
         if int(kind) != 1 or len(token) < 2:
             continue
-        try:
-            out.append(bytes(decoder[c] for c in token).decode("utf-8"))
-        except (KeyError, UnicodeDecodeError):
+        try:  # GPT-2's characters back to bytes (each now a code point below 256), then UTF-8
+            text = token.translate(table).encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
             continue
+        if (text[1:] if text.startswith(" ") else text).isalpha():
+            continue
+        out.append(text)
     return out
 
 

@@ -26,8 +26,9 @@ from stopdoctor.runtimes.stops import llama_cpp_control_by_text
 BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
 PRE_KEY = "tokenizer.ggml.pre"
 # Tokens the named split must cut apart before SD272 speaks: a correct file leaves none (SmolLM2
-# under smollm, falcon-40b under falcon, Pythia under gpt-2: 0 of 48,700-63,952 each).
+# under smollm, falcon-40b under falcon, Pythia under gpt-2: 0 of their 1,246-4,605 non-word tokens).
 MIN_UNREACHABLE = 10
+MAX_VOCAB = 1 << 20  # real vocabularies stop near 262k; past this the split of every token is not spent
 TYPE_KEY = "tokenizer.ggml.token_type"
 TOKEN_NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
 # Marker-shaped pieces of the template's turn headers and end-of-turn texts: <|im_start|>, [INST].
@@ -156,7 +157,7 @@ def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
         return  # SD270 says so
     declared = llama_cpp_pre_tokenizer(name)
     tokens = header.tokens
-    if declared is None or not tokens:
+    if declared is None or not tokens or len(tokens) > MAX_VOCAB:
         return
     texts = byte_level_texts(tokens, header.token_types)
     cut = unreachable(texts, declared)
@@ -170,7 +171,7 @@ def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
     names = ", ".join(f"{other} ({pre.type_name})" for other, pre in fits)
     file = next(iter(analysis.facts.source.files))
     yield self.finding(
-        f"{len(cut)} of the vocabulary's {len(texts)} ordinary tokens ({examples}, ...) can never be produced "
+        f"{len(cut)} ordinary tokens of the vocabulary ({examples}, ...) can never be produced "
         f"under {PRE_KEY} '{name}': llama.cpp's {declared.type_name} split cuts each of them apart, while "
         f"{names} {'keeps' if len(fits) == 1 else 'keep'} every token whole; the vocabulary was trained with another pre-tokenizer",
         f"convert the model again with a current convert_hf_to_gguf.py, or set {PRE_KEY} to {fits[0][0]!r}",
