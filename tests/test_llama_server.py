@@ -66,18 +66,14 @@ def test_gguf_tokenizer_matches_llama_server(model, request):
 
 def test_special_token_text_without_parse_special(llama_server, llama_server_gemma):
     """parse_special=false: control tokens are plain text to llama.cpp, as special added tokens are to
-    `encode_special_tokens`. One difference, and llama.cpp says why: Gemma's `</s>` (id 212) is a
-    user-defined token in the file, which llama.cpp retypes to control because its text is on its
-    end-of-generation list, so it splits as text where transformers keeps it whole."""
+    `encode_special_tokens`. Gemma's `</s>` (id 212) is user-defined in the file; llama.cpp makes it
+    control because its text is on its end-of-generation list (and logs so), and so does stopdoctor
+    (before, it split 13 of these strings differently)."""
+    assert "control-looking token:    212 '</s>' was not control-type" in llama_server_gemma.log.read_text()
     for server in (llama_server, llama_server_gemma):
         tokenizer = load_model(str(server.model)).vocab.tokenizer()
         tokenizer.encode_special_tokens = True
-        different = {text for text, _, _ in _differences(tokenizer, server, PROBES, parse_special=False)}
-        if server is llama_server:
-            assert different == set()
-        else:
-            assert different == {text for text in PROBES if "</s>" in text}
-            assert "control-looking token:    212 '</s>' was not control-type" in server.log.read_text()
+        assert _differences(tokenizer, server, PROBES, parse_special=False) == []
 
 
 REPRESENTATIVES = sorted({pre.type_name + ("+ignore_merges" if pre.ignore_merges else ""): name
@@ -122,12 +118,14 @@ def test_a_turn_marker_typed_ordinary_is_split_by_llama_cpp_and_flagged(real_ggu
 
 def test_an_end_marker_typed_ordinary_is_retyped_by_llama_cpp_so_no_eos_error(real_gguf_models, tmp_path):
     """<|im_end|> (id 2, the eos) typed normal: llama.cpp retypes it to control by its text (it logs
-    "control-looking token") and still encodes it as one id, so neither SD103 (an ordinary eos)
-    nor SD273 may fire."""
+    "control-looking token") and still encodes it as one id, as stopdoctor's tokenizer does; neither
+    SD103 (an ordinary eos) nor SD273 may fire."""
     from stopdoctor.api import inspect_model
 
     path = _retyped(real_gguf_models.smollm2_gguf, tmp_path / "end-normal.gguf", 2, 1)
+    tokenizer = load_model(str(path)).vocab.tokenizer()
     with running_llama_server(path, tmp_path / "server.log") as server:
-        assert 2 in server.tokenize("Paris<|im_end|>\n")
         assert "control-looking token:      2 '<|im_end|>'" in server.log.read_text()
+        assert 2 in server.tokenize("Paris<|im_end|>\n")
+        assert _differences(tokenizer, server, PROBES) == []
     assert not {"SD103", "SD273"} & {f.code for f in inspect_model(str(path)).findings}
