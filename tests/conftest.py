@@ -32,7 +32,7 @@ TEMP_FOLDERS = (_HF_HOME, os.environ["STOPDOCTOR_CACHE"])
 for _folder in TEMP_FOLDERS:
     atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 
-pytest_plugins = ["tests.realmodels_fixture", "tests.weights_fixture"]
+pytest_plugins = ["tests.realmodels_fixture", "tests.weights_fixture", "tests.llamaserver_fixture"]
 
 from fixtures.templates import find_realworld  # noqa: E402  (the repo root is on sys.path now)
 

@@ -1,6 +1,7 @@
 """SD420 stop-inside-turn on real templates (Qwen3 thinking and tool calls, gpt-oss Harmony) over
 the real SmolLM2 tokenizer with the templates' tokens added; SD270 pre-tokenizer-missing and SD271
-gguf-merges-missing on the real GGUFs and on copies with the key renamed."""
+gguf-merges-missing on the real GGUFs and on copies with the key renamed; SD272 pre-tokenizer-mismatch
+on SmolLM2 relabelled with other pre-tokenizers."""
 
 from __future__ import annotations
 
@@ -122,3 +123,38 @@ def test_spm_gguf_needs_no_pre_tokenizer(real_gguf_models, tmp_path):
     # Gemma's vocabulary is SentencePiece ("llama"): llama.cpp uses no pre-tokenizer for it
     path = rename_key(real_gguf_models.gemma_gguf, tmp_path / "nopre.gguf", b"tokenizer.ggml.pre", b"tokenizer.ggml.prx")
     assert "SD270" not in {f.code for f in inspect_model(str(path)).findings}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pre, cut", [("smollm", None), ("gpt-2", None), ("llama3", 117), ("smaug-bpe", 117),
+                                      ("qwen2", 117), ("default", 252), ("falcon", 243)])
+def test_pre_tokenizer_mismatch_on_relabelled_smollm2(real_gguf_models, tmp_path, pre, cut):
+    """SmolLM2's vocabulary was trained with single digits and GPT-2's whitespace rule: llama3's and
+    qwen2's `\\s*[\\r\\n]+` cut its "\\n   " tokens, default's and falcon's punctuation runs cut " (".
+    gpt-2 keeps every token whole too, so nothing tells it from smollm: no finding (a miss, not an error)."""
+    from tests.gguf_rewrite import pack_string, with_value
+
+    path = with_value(real_gguf_models.smollm2_gguf, tmp_path / "m.gguf", "tokenizer.ggml.pre", pack_string(pre))
+    findings = [f for f in inspect_model(str(path)).findings if f.code == "SD272"]
+    if cut is None:
+        assert findings == []
+        return
+    (finding,) = findings
+    assert finding.name == "pre-tokenizer-mismatch" and finding.location.key == "tokenizer.ggml.pre"
+    assert finding.evidence["unreachable"] == cut and finding.evidence["fits"] == ["smollm", "gpt-2"]
+
+
+@pytest.mark.parametrize("repo, pre", [("Decentralised-AI__falcon-40b", "falcon"), ("junqi-jiang__oasstpythia1.5brm", "gpt-2")])
+def test_a_vocabulary_under_its_own_pre_tokenizer_loses_no_token(realworld, repo, pre):
+    """SD272's precision, measured on real byte-level BPE vocabularies (their tokenizer.json names the
+    split they were trained with): under it, none of their 2,288 and 4,605 ordinary non-word tokens
+    (the ones a split could cut) is cut."""
+    from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, llama_cpp_pre_tokenizer, unreachable
+
+    data = json.loads((realworld / repo / "tokenizer.json").read_text())
+    added = {token["content"] for token in data.get("added_tokens", [])}
+    vocab = sorted(data["model"]["vocab"], key=data["model"]["vocab"].get)
+    texts = byte_level_texts(vocab, [3 if token in added else 1 for token in vocab])
+    assert len(texts) > 2000
+    assert unreachable(texts, llama_cpp_pre_tokenizer(pre)) == []
+    assert unreachable(texts, llama_cpp_pre_tokenizer("qwen2"), limit=10)  # and a wrong split does cut some

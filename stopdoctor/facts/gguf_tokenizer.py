@@ -1,9 +1,13 @@
 """The `tokenizers.Tokenizer` transformers builds from a GGUF file, built from our header reader
-(`stopdoctor.facts.gguf`) instead of transformers' own, which imports torch.
+(`stopdoctor.facts.gguf`) instead of transformers' own, which imports torch; a BPE vocabulary then
+splits text as llama.cpp does for its `tokenizer.ggml.pre` (`stopdoctor.facts.gguf_pretokenizer`),
+where transformers does not know the name, and a token llama.cpp makes control by its text
+(`stopdoctor.facts.gguf_special`: Gemma 3's `</s>`) is special here too.
 
 For render/probe-stop/labels/generate, never for inspect: it imports transformers' GGUF converter
 lazily (seconds of import).
-Imports: numpy, `stopdoctor.core.errors`, `stopdoctor.facts.gguf`; transformers and tokenizers lazily.
+Imports: numpy, `stopdoctor.core.errors`, `stopdoctor.facts.gguf`, `stopdoctor.facts.gguf_pretokenizer`,
+`stopdoctor.facts.gguf_special`; transformers and tokenizers lazily.
 """
 
 from __future__ import annotations
@@ -14,6 +18,12 @@ import numpy as np
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFHeader, Keys, LazyStrings
+from stopdoctor.facts.gguf_pretokenizer import apply as apply_pre_tokenizer
+from stopdoctor.facts.gguf_pretokenizer import llama_cpp_pre_tokenizer
+from stopdoctor.facts.gguf_special import retyped_to_control
+
+# Bump when the tokenizer built from a header changes: the converted tokenizer is cached by file.
+RECIPE_VERSION = 3
 
 if TYPE_CHECKING:
     import tokenizers
@@ -68,8 +78,28 @@ def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{header.path}: cannot build its tokenizer from the GGUF vocabulary: {first}",
                          hint="llama.cpp rejects such a vocabulary too; re-convert the model") from None
+    if header.tokenizer_model == "gpt2":
+        # transformers splits only the llama3/qwen2/gpt-4o/tekken families as llama.cpp does; the
+        # others (smollm's single digits, default's punctuation runs) fall back to GPT-2's split.
+        pre = llama_cpp_pre_tokenizer(header.get("tokenizer.ggml.pre"))
+        if pre is not None:
+            apply_pre_tokenizer(backend, pre)
+    _control_by_text(backend, header)
     _set_bos_eos(backend, header)
     return backend
+
+
+def _control_by_text(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:
+    """Make special the tokens llama.cpp makes control by their text, whatever type the file gives
+    them: matched whole in text (with parse_special off: plain text), skipped in output."""
+    from tokenizers import AddedToken
+
+    tokens, types = header.tokens, header.token_types
+    if not tokens or types is None:
+        return
+    retyped = retyped_to_control(tokens, types, lambda role: f"tokenizer.ggml.{role}_token_id" in header.metadata)
+    if retyped:
+        backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in retyped])
 
 
 def _set_bos_eos(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:

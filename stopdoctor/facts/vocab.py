@@ -160,10 +160,10 @@ def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
 
     import tokenizers
 
-    from stopdoctor.facts.gguf_tokenizer import header_to_tokenizer
+    from stopdoctor.facts.gguf_tokenizer import RECIPE_VERSION, header_to_tokenizer
 
     stat = header.path.stat()
-    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}"
+    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}:{RECIPE_VERSION}"
     cached = cache_dir() / "gguf-tokenizers" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
     if cached.is_file():
         try:

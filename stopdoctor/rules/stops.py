@@ -8,7 +8,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.advice import gguf_eos_advice
-from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, tokenizer_eos
+from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, llama_cpp_control_by_text, tokenizer_eos
 from stopdoctor.rules.registry import Check, check
 
 HF_RUNTIMES = ("transformers", "vllm", "tgi")
@@ -178,6 +178,8 @@ def eos_id_invalid(analysis: Analysis, self: Check):
     # the tokenizer's eos text is an independent witness of "the end token" (a GGUF has none:
     # its eos id is the very declaration under test)
     end_ids = {d.id for d in tokenizer_eos(facts)} | analysis.end_of_turn_ids
+    # a GGUF token typed normal whose text is on llama.cpp's lists is control once loaded
+    retyped = llama_cpp_control_by_text(facts) if facts.is_gguf else set()
     by_location: dict[str, list] = {}
     for declared in facts.declared:
         if declared.role in ("eos", "eot", "eom") and declared.id is not None and declared.location.file != "tokenizer_config.json":
@@ -197,7 +199,7 @@ def eos_id_invalid(analysis: Analysis, self: Check):
             if text is None:
                 ends += 1  # cannot tell; do not accuse
                 continue
-            if not vocab.is_special(token_id) and token_id not in end_ids:
+            if not vocab.is_special(token_id) and token_id not in end_ids and token_id not in retyped:
                 yield self.finding(
                     f"{declared.location} is {token_id}, the ordinary token {text!r}: generation stops in the middle of text",
                     "use the id of the eos / end-of-turn token", declared.location, id=token_id, text=text)

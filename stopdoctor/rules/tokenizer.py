@@ -6,18 +6,33 @@ llama-cpp-python 0.3.36): a BPE vocabulary (`tokenizer.ggml.model` gpt2, hybridd
 needs `tokenizer.ggml.merges` ("cannot find tokenizer merges in model file" otherwise, except for
 the kimi-k2 pre-tokenizer) and a `tokenizer.ggml.pre` naming its pre-tokenizer; without one it
 falls back to `default` and logs "GENERATION QUALITY WILL BE DEGRADED". SentencePiece (`llama`)
-and WordPiece vocabularies have no pre-tokenizer.
+and WordPiece vocabularies have no pre-tokenizer. A named pre-tokenizer that cuts apart tokens of
+the vocabulary, where another keeps them all whole, is the wrong one (SD272). llama.cpp matches
+control and user-defined tokens whole before splitting; a template marker typed as an ordinary
+token is split like any text (SD273).
 """
 
 from __future__ import annotations
 
+import re
+
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
+from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, split_text, unreachable
 from stopdoctor.rules.registry import Check, check
+from stopdoctor.runtimes.stops import llama_cpp_control_by_text
 
 BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
 PRE_KEY = "tokenizer.ggml.pre"
+# Tokens the named split must cut apart before SD272 speaks: a correct file leaves none (SmolLM2
+# under smollm, falcon-40b under falcon, Pythia under gpt-2: 0 of their 1,246-4,605 non-word tokens).
+MIN_UNREACHABLE = 10
+MAX_VOCAB = 1 << 20  # real vocabularies stop near 262k; past this the split of every token is not spent
+TYPE_KEY = "tokenizer.ggml.token_type"
+TOKEN_NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
+# Marker-shaped pieces of the template's turn headers and end-of-turn texts: <|im_start|>, [INST].
+MARKER = re.compile(r"<[^<>\s]{1,64}>|\[[^\[\]\s]{1,64}\]")
 MERGES_KEY = "tokenizer.ggml.merges"
 
 
@@ -101,3 +116,121 @@ def gguf_merges_missing(analysis: Analysis, self: Check):
         f"(\"cannot find tokenizer merges in model file\")",
         "convert the model again from its HF folder (tokenizer.json holds the merges)",
         Location(file, MERGES_KEY))
+
+
+@check("SD272", "pre-tokenizer-mismatch", Severity.WARNING)
+def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
+    """A BPE GGUF names a pre-tokenizer that cuts apart tokens of its own vocabulary.
+
+    What it checks:
+    A byte-level BPE GGUF (`gpt2`) whose `tokenizer.ggml.pre` names a split llama.cpp applies with
+    expressions stopdoctor knows: the vocabulary's ordinary tokens are split with it. A token it
+    cuts into two or more pieces can never be produced, since merges run inside one piece. At least
+    10 such tokens, while another known split keeps every token whole, is the evidence that the
+    vocabulary was trained with that other pre-tokenizer. No model-name list is consulted.
+
+    Why it matters:
+    llama.cpp encodes every prompt with the named split: text the model saw as one token (a
+    whitespace run, a number, `'s`) reaches it as pieces it never met in training, and a turn
+    marker or stop string written as text tokenizes differently (llama.cpp #7724: a Llama-3
+    vocabulary marked `smaug-bpe`, when that name still split differently; llama.cpp b10434 gives
+    `smaug-bpe` llama3's expression).
+
+    Example:
+    SmolLM2 (`smollm`) relabelled `llama3`: llama3's `\\s*[\\r\\n]+` cuts 117 of its whitespace
+    tokens such as "\\n   ", which the smollm and gpt-2 splits keep whole.
+
+    Fix:
+    Convert the model again with a current `convert_hf_to_gguf.py` (it names the pre-tokenizer by
+    hashing the HF tokenizer's output), or set `tokenizer.ggml.pre` to the split that fits.
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp`: `llama_vocab::impl::load` maps the name to a type; the
+    `llm_tokenizer_bpe` constructor gives each type its expressions (see
+    `stopdoctor/facts/gguf_pretokenizer.py`).
+    """
+    header = _bpe_header(analysis)
+    if header is None or header.tokenizer_model != "gpt2":
+        return
+    name = header.get(PRE_KEY)
+    if not isinstance(name, str) or not name.strip():
+        return  # SD270 says so
+    declared = llama_cpp_pre_tokenizer(name)
+    tokens = header.tokens
+    if declared is None or not tokens or len(tokens) > MAX_VOCAB:
+        return
+    texts = byte_level_texts(tokens, header.token_types)
+    cut = unreachable(texts, declared)
+    if len(cut) < MIN_UNREACHABLE:
+        return
+    fits = [(other, pre) for other, pre in families()
+            if pre.regexes != declared.regexes and not unreachable(texts, pre, limit=1)]
+    if not fits:
+        return  # no known split explains the vocabulary either: no evidence which one is right
+    examples = ", ".join(repr(text) for text in cut[:3])
+    names = ", ".join(f"{other} ({pre.type_name})" for other, pre in fits)
+    file = next(iter(analysis.facts.source.files))
+    yield self.finding(
+        f"{len(cut)} ordinary tokens of the vocabulary ({examples}, ...) can never be produced "
+        f"under {PRE_KEY} '{name}': llama.cpp's {declared.type_name} split cuts each of them apart, while "
+        f"{names} {'keeps' if len(fits) == 1 else 'keep'} every token whole; the vocabulary was trained with another pre-tokenizer",
+        f"convert the model again with a current convert_hf_to_gguf.py, or set {PRE_KEY} to {fits[0][0]!r}",
+        Location(file, PRE_KEY), declared=name, unreachable=len(cut), fits=[other for other, _ in fits])
+
+
+@check("SD273", "special-token-not-single", Severity.ERROR)
+def special_token_not_single(analysis: Analysis, self: Check):
+    """A turn marker the template writes is a token of the GGUF, typed as an ordinary one: llama.cpp
+    splits its text into pieces.
+
+    What it checks:
+    Each marker-shaped piece (`<...>`, `[...]`) of the template's turn headers and end-of-turn
+    texts that is one token of a byte-level BPE GGUF whose `tokenizer.ggml.token_type` says normal
+    (1), that llama.cpp does not retype to control by its text (its end-of-generation, end-of-turn
+    and fill-in-the-middle lists), and that the GGUF's pre-tokenizer cuts into two or more pieces.
+
+    Why it matters:
+    llama.cpp matches only control, user-defined and unknown tokens whole before it splits text
+    (`tokenizer_st_partition`); an ordinary token is reached through merges, and merges run inside
+    one piece. The prompt then carries `<|`, `im`, `_`, `start`, `|>` where the model was trained
+    on one id: it cannot tell where a turn begins or ends (llama.cpp #7062).
+
+    Example:
+    SmolLM2 with `<|im_start|>` (id 1) typed 1: llama-server's `/tokenize` gives 7 ids for it.
+
+    Fix:
+    Set the token's `tokenizer.ggml.token_type` to 3 (control), or convert the model again
+    (`convert_hf_to_gguf.py` types the tokenizer's special tokens as control).
+
+    How the runtimes decide (source):
+    llama.cpp `src/llama-vocab.cpp`: `cache_special_tokens` holds the tokens with the CONTROL,
+    USER_DEFINED or UNKNOWN attribute; `tokenizer_st_partition` cuts the text at them; the
+    "control-looking token" override retypes the texts of its end-of-generation lists.
+    """
+    header = _bpe_header(analysis)
+    if header is None or header.tokenizer_model != "gpt2":
+        return
+    pre = llama_cpp_pre_tokenizer(header.get(PRE_KEY))
+    types = header.token_types
+    if pre is None or types is None:
+        return
+    vocab = analysis.facts.vocab
+    retyped = llama_cpp_control_by_text(analysis.facts)
+    written = [*analysis.turn_headers.values(), *(marker.text for marker in analysis.end_of_turn)]
+    file = next(iter(analysis.facts.source.files))
+    for text in dict.fromkeys(m for piece in written for m in MARKER.findall(piece)):
+        token_id = vocab.id_of(text)
+        if token_id is None or not 0 <= token_id < len(types) or token_id in retyped:
+            continue
+        if int(types[token_id]) != TOKEN_NORMAL:
+            continue
+        pieces = split_text(text, pre)
+        if len(pieces) < 2:
+            continue
+        yield self.finding(
+            f"the chat template writes {text} (id {token_id}), which the GGUF types as an ordinary token "
+            f"({TYPE_KEY}[{token_id}] = 1): llama.cpp matches only control and user-defined tokens whole, and its "
+            f"{pre.type_name} split cuts {text} into {len(pieces)} pieces ({' '.join(repr(p) for p in pieces)}) "
+            f"before merges, so the model never gets the id it was trained on",
+            f"set {TYPE_KEY}[{token_id}] to 3 (control), or convert the model again with a current convert_hf_to_gguf.py",
+            Location(file, TYPE_KEY), token_id=token_id, token=text, pieces=len(pieces))

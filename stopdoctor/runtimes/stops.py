@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stopdoctor.facts.gguf_special import EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_EOG_ROLES, FIM_TEXTS, control_by_text
 from stopdoctor.facts.model_facts import DeclaredId, ModelFacts
 from stopdoctor.core.types import Location
 
@@ -41,22 +42,22 @@ RUNTIMES = ("transformers", "vllm", "tgi", "llama.cpp")
 # 3. When EOG holds <|return|> and <|call|> (gpt-oss), or <|calls|> and <|flush|> (solar-open),
 #    <|end|> is removed: it ends a message inside a turn there.
 # 4. When EOG holds <|tool_response> or <|plamo:eos|>, </s> is removed (a normal token there).
-LLAMA_CPP_EOG_TEXTS = (
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
-)
-LLAMA_CPP_EOT_TEXTS = (
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
-)
-LLAMA_CPP_EOM_TEXTS = ("<|eom_id|>",)
-LLAMA_CPP_FIM_EOG_TEXTS = {  # fim ids that are also EOG, and the texts that auto-detect them
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}
+LLAMA_CPP_EOG_TEXTS = EOG_TEXTS
+LLAMA_CPP_EOT_TEXTS = EOT_TEXTS
+LLAMA_CPP_EOM_TEXTS = EOM_TEXTS
+LLAMA_CPP_FIM_EOG_TEXTS = {role: FIM_TEXTS[role] for role in FIM_EOG_ROLES}  # fim ids that are also EOG
+
+
+def llama_cpp_control_by_text(facts: ModelFacts) -> set[int]:
+    """Ids llama.cpp makes control whatever the GGUF's token type says (it logs "control-looking
+    token ... its type will be overridden"): every token on LLAMA_CPP_EOG_TEXTS, always, and the
+    eot/eom/fim token it auto-detects by text when no key names that role (stopdoctor.facts.gguf_special)."""
+    vocab = facts.vocab
+    texts = EOG_TEXTS + EOT_TEXTS + EOM_TEXTS + tuple(t for group in FIM_TEXTS.values() for t in group)
+    index = {t: i for t in dict.fromkeys(texts) if (i := vocab.id_of(t)) is not None}
+    return control_by_text(index, lambda role: bool(facts.declared_for(role)))
+
+
 # llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
 LLAMA_CPP_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
 
