@@ -31,7 +31,7 @@ from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, li
 from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
-from stopdoctor.actions.logs.summary import charts, lie_problems
+from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
 from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
@@ -53,7 +53,8 @@ RECORD_COLUMNS = (
 MEMORY_LIMIT = "512MB"
 
 
-def _connect():
+def connect():
+    """A DuckDB connection in bounded memory (spilling to a temp folder), and the duckdb module."""
     try:
         import duckdb
     except ImportError:
@@ -74,7 +75,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     """The normalising query for each file, to run as it is in another DuckDB (`--show-sql`)."""
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
-    con, _ = _connect()
+    con, _ = connect()
     try:
         out = []
         for path in paths:
@@ -159,7 +160,7 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
     started = time.perf_counter()
-    con, duckdb = _connect()
+    con, duckdb = connect()
     con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
     aliases = tempfile.TemporaryDirectory(prefix="stopdoctor-logs-")
     try:
@@ -214,10 +215,14 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
     return line_counts
 
 
-def open_records():
-    """A DuckDB connection (bounded memory) with the empty records table `rec` the report reads."""
-    con, _ = _connect()
-    con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
+def open_counted_records():
+    """A DuckDB connection (bounded memory) with an empty table `counted` of records with a
+    `weight` (`actions.logs.partial`: a row kept whole has weight 1, a counted row the number of
+    records it stands for), and `rec`, the records table the report reads, as each counted row
+    repeated `weight` times: the report's every count is the count of the records."""
+    con, _ = connect()
+    con.execute(f"CREATE TEMP TABLE counted (file VARCHAR, {RECORD_COLUMNS}, weight BIGINT)")
+    con.execute("CREATE TEMP VIEW rec AS SELECT * EXCLUDE (weight, range) FROM counted, range(counted.weight)")
     return con
 
 
@@ -324,7 +329,8 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
                count(*) FILTER (shape = 'openai-chat-stream'),
                coalesce(sum(chunks) FILTER (shape = 'openai-chat-stream'), 0) FROM rec""")
     responses_filter = "shape IS NOT NULL"
-    bad_examples = tuple((f, n) for f, n in _rows(con, "SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no LIMIT 5"))
+    bad_examples = tuple((f, n) for f, n in _rows(con, f"SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no "
+                                                        f"LIMIT {BAD_EXAMPLES}"))
     shapes = dict(_rows(con, f"SELECT shape, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish = dict(_rows(con, f"SELECT finish, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish_raw = dict(_rows(con, f"SELECT coalesce(finish_raw, '(none)'), count(*) FROM rec WHERE {responses_filter} "

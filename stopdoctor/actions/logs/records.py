@@ -194,8 +194,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
-    # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp):
-    # the same branches serve the Spark engine (`actions.logs.spark`), which reads only these.
+    # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp).
     scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
                    f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
                    f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
@@ -225,7 +224,6 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
              f"{_family(lk, 'gemini', 'second_candidate')} IS NOT NULL AND kind = 'gemini'")
     fields = {
         "kind": kind, "finish_raw": finish, "finish_hint": hint, "text": text, "reasoning": reasoning,
-        "scalar_text": f"CASE kind {scalar_text} END", "scalar_reasoning": f"CASE kind {scalar_reasoning} END",
         "model": model,
         "max_tokens": f"coalesce({request('max_tokens')}, {fam('responses', 'max_tokens')})",
         "output_tokens": f"CASE WHEN kind = 'gemini' THEN {gemini_out} ELSE {_int(output_tokens)} END",
@@ -413,12 +411,6 @@ WITH grouped AS (
 """
 
 
-def answers_sql(relation: str, vocabulary: TurnVocabulary) -> str:
-    """The records of `relation`'s answers (its columns those of one answer, as `normalise_sql`'s
-    `flat`): what the Spark engine's rows are turned into on the driver."""
-    return _stored(derived_sql(relation, vocabulary))
-
-
 def _stored(derived: str) -> str:
     """The columns the records table keeps: a chunk of a stream keeps its raw text until the
     chunks are grouped (`streams_sql`); an answer keeps only what its problems need."""
@@ -497,18 +489,3 @@ FROM scored
 
 
 _SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""
-
-
-# What the Spark engine (`actions.logs.spark`) reads per line: every field of a one-answer line of
-# a scalar shape, as SQL over `v` (the values of `paths`, 1-based) that Spark runs too.
-SCALAR_FIELDS = ("kind", "finish_raw", "model", "max_tokens", "output_tokens", "reasoning_tokens", "stop_reason",
-                 "multi_choice", "scalar_text", "scalar_reasoning")
-
-
-def scalar_line_sql() -> tuple[list[str], dict[str, str]]:
-    """The JSON paths read from a line and, per field of `SCALAR_FIELDS`, its expression: the very
-    expressions `normalise_sql` uses (the shape detected over every shape, so the Spark engine can
-    refuse the shapes it does not read)."""
-    lk = _Lookups()
-    fields = _line_fields(lk, {})
-    return list(lk.paths), {name: fields[name] for name in SCALAR_FIELDS}
