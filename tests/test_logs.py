@@ -378,3 +378,16 @@ def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_
     assert [e["line"] for e in doc["problems"]["hallucinated-turn"]["lines"]] == broken, text
     assert doc["by_max_tokens"] == {"40": {"length": 4, "stop": 4}}
     assert run.code == 1 and [f["code"] for f in doc["findings"]] == ["SD702", "SD701"]
+
+
+def test_duckdb_never_draws_its_progress_bar_on_stdout(capfd):
+    # stdout carries the JSON report: DuckDB's own bar (drawn for a query past 2 s) broke
+    # `stopdoctor logs --format json big.jsonl > report.json`.
+    from stopdoctor.actions.logs.query import connect
+
+    con, _ = connect()
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET progress_bar_time = 0")
+    con.execute("SELECT count(*) FROM range(400000000) t(i) WHERE i % 7 = 3").fetchall()
+    con.close()
+    assert "%" not in capfd.readouterr().out

@@ -67,6 +67,9 @@ def connect():
     con.execute(f"SET temp_directory = {sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
     con.execute(f"SET memory_limit = {sql_string(os.environ.get('STOPDOCTOR_LOGS_MEMORY', MEMORY_LIMIT))}")
     con.execute("SET preserve_insertion_order = false")  # rows are ordered by line_no where it matters
+    # DuckDB draws its own progress bar on stdout for a long query: stdout carries data (--format
+    # json); progress goes through `on_progress` only.
+    con.execute("SET enable_progress_bar_print = false")
     return con, duckdb
 
 
