@@ -75,19 +75,38 @@ def connect():
 
 def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
              settings: LogsSettings = LogsSettings()) -> str:
-    """The normalising query for each file, to run as it is in another DuckDB (`--show-sql`)."""
+    """The statements that build the records table `rec` from each file (the normalising query,
+    then the grouping of streamed chunks), and the finish-reason counts over it: a script to run
+    as it is in another DuckDB (`--show-sql`)."""
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
     con, _ = connect()
     try:
-        out = []
+        out = [f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS});\n\n"]
         for path in paths:
             source = source_sql(path, con)
             query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-            out.append(f"-- {path}\n{query.strip()};\n\n")
+            out.append(f"-- {path}\n{_insert_sql(path, query)};\n")
+            out.append("-- streamed responses: each stream's chunks grouped into one answer\n"
+                       + "".join(f"{statement};\n" for statement in _stream_statements(path, vocabulary)) + "\n")
+        out.append("-- the normalised finish reasons\nSELECT finish, count(*) AS answers FROM rec WHERE shape IS NOT NULL "
+                   "GROUP BY 1 ORDER BY 2 DESC, 1;\n")
         return "".join(out)
     finally:
         con.close()
+
+
+def _insert_sql(path: str, query: str) -> str:
+    return f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})"
+
+
+def _stream_statements(path: str, vocabulary: TurnVocabulary) -> list[str]:
+    """A file's streamed chunk rows in `rec` replaced by one answer per stream (`streams_sql`)."""
+    file = sql_string(path)
+    return [f"CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec WHERE file = {file} AND chunks = 0",
+            f"INSERT INTO rec SELECT {file} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})",
+            f"DELETE FROM rec WHERE file = {file} AND chunks = 0",
+            "DROP TABLE chunk_rows"]
 
 
 def _key_groups(con, source: str, settings: LogsSettings) -> dict[str, frozenset[str]]:
@@ -198,7 +217,7 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
                 query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-                _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
+                _run(con, _insert_sql(path, query),
                      progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
@@ -210,11 +229,8 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
         # A streamed response: its chunk rows grouped into one answer each.
         if con.execute("SELECT count(*) FROM rec WHERE file = ? AND chunks = 0", [path]).fetchone()[0]:
-            con.execute("CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec "
-                        "WHERE file = ? AND chunks = 0", [path])
-            con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})")
-            con.execute("DELETE FROM rec WHERE chunks = 0")
-            con.execute("DROP TABLE chunk_rows")
+            for statement in _stream_statements(path, vocabulary):
+                con.execute(statement)
     return line_counts
 
 
