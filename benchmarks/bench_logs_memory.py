@@ -104,7 +104,7 @@ def run(name: str, path: Path, cap_gb: float) -> dict:
     # children, so each contender runs alone and the maximum is read right after it.
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"name": name, "seconds": round(seconds, 1), "peak_rss_mib": round(peak), "exit": child.returncode,
-            "capped_gb": cap_gb if capped else None, "says": (out.strip() or err.strip()[-300:])}
+            "capped_gb": cap_gb if capped else None, "says": (out.strip().splitlines() or [err.strip()[-300:]])[-1]}
 
 
 def main() -> None:
