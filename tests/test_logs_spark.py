@@ -87,3 +87,19 @@ def test_input_with_no_response_is_refused_like_duckdb(spark_engine, tmp_path):
     path = write_jsonl(tmp_path / "none.jsonl", [{"some": "other log"}, "{not json"])
     with pytest.raises(InputError, match="no response recognised"):
         spark_engine([str(path)])
+
+
+def test_gzip_and_parquet_give_the_report_duckdb_gives(spark_engine, tmp_path):
+    import gzip
+
+    import duckdb
+
+    plain = LOGS / "lies.jsonl"
+    gz = tmp_path / "lies.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    parquet = tmp_path / "lies.parquet"
+    duckdb.connect().execute(
+        f"COPY (SELECT line FROM read_csv('{plain}', columns={{'line': 'VARCHAR'}}, delim='\x01', quote='', "
+        f"escape='', header=false, auto_detect=false)) TO '{parquet}' (FORMAT parquet)")
+    for path in (gz, parquet):
+        assert _report(spark_engine([str(path)])) == _report(analyze_logs([str(path)])), path.name
