@@ -13,7 +13,7 @@ earliest and latest times are kept exact, so the timeline's bucket (chosen from 
 counts are those of the whole rows: first to the minute (`part_sql`, every bucket is whole
 minutes), then, once the span is known, to the timeline's bucket (`bucketed_sql`).
 
-Imports: actions.logs (query's limits, records, summary's conditions, sql). Builds text only.
+Imports: actions.logs (records, sql, summary's limits and conditions, vocabulary). Builds text only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ implementation of them.
 The executors need stopdoctor (and so duckdb) installed, as they need pyspark: under spark-submit
 ship the same environment (`--archives env.tar.gz#env`, PYSPARK_PYTHON=./env/bin/python).
 
-Imports: core, actions.logs (groups, partial, query, records, report, sql, summary, vocabulary);
+Imports: core, actions.logs (groups, inputs, partial, query, records, report, sql, summary, vocabulary);
 pyspark, pyarrow and duckdb lazily.
 """
 
