@@ -345,8 +345,8 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     (blank, bad, unrecognised, responses, multi_choice, streams, chunks), = _rows(con, """
         SELECT count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NULL AND NOT blank AND NOT bad),
                count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
-               count(*) FILTER (shape = 'openai-chat-stream'),
-               coalesce(sum(chunks) FILTER (shape = 'openai-chat-stream'), 0) FROM rec""")
+               count(*) FILTER (shape LIKE '%-stream'),
+               coalesce(sum(chunks) FILTER (shape LIKE '%-stream'), 0) FROM rec""")
     responses_filter = "shape IS NOT NULL"
     bad_examples = tuple((f, n) for f, n in _rows(con, f"SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no "
                                                         f"LIMIT {BAD_EXAMPLES}"))

@@ -159,6 +159,7 @@ def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSetting
     """The counted records of one file (Arrow, `partial`'s rows summed over the tasks) and its lines."""
     import pyarrow as pa
     from pyspark import StorageLevel
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -178,11 +179,16 @@ def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSetting
     query = normalise_sql("lines", vocabulary, settings.overrides, groups)
     chunk_lines = int(os.environ.get("STOPDOCTOR_SPARK_CHUNK_LINES", CHUNK_LINES))
     parts = lines.mapInArrow(_normaliser(query, path, settings.examples, arrow_schema, chunk_lines), schema)
-    parts = parts.persist(StorageLevel.MEMORY_AND_DISK)
+    persisted = parts.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        # An Anthropic event's stream is the last message_start's before it in the file, across
+        # the parts: resolved here, in line order, before the chunks meet by stream id.
+        ordered = Window.partitionBy("shape").orderBy("line_no").rowsBetween(Window.unboundedPreceding, 0)
+        parts = persisted.where("chunks <> 0").unionByName(persisted.where("chunks = 0").withColumn(
+            "stream_id", F.coalesce(F.col("stream_id"), F.last("stream_id", ignorenulls=True).over(ordered))))
         # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's).
         answers = parts.where("chunks <> 0 AND shape IS NOT NULL").select("ts").unionByName(
-            parts.where("chunks = 0").groupBy("stream_id", "choice").agg(F.min("ts").alias("ts")).select("ts"))
+            parts.where("chunks = 0").groupBy("shape", "stream_id", "choice").agg(F.min("ts").alias("ts")).select("ts"))
         first, last = answers.agg(F.min("ts"), F.max("ts")).first()
         bucket = None if first is None else timeline_bucket(first, last)
         sql = bucketed_sql("parts", path, vocabulary, settings.examples, bucket,
@@ -195,7 +201,7 @@ def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSetting
         summed = grouped.groupBy(*RECORD_NAMES).agg(F.sum("weight").cast("long").alias("weight"))
         table = summed.toArrow()
     finally:
-        parts.unpersist()
+        persisted.unpersist()
     return pa.table(table), total
 
 
