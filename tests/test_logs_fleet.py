@@ -39,6 +39,9 @@ EXPECTED = {
                      {"stop": 2, "length": 2, "tool_calls": 1, "content_filter": 3, "error": 2},
                      {"STOP": 3, "MAX_TOKENS": 2, "SAFETY": 1, "RECITATION": 1, "PROHIBITED_CONTENT": 1,
                       "MALFORMED_FUNCTION_CALL": 1, "OTHER": 1}),
+    # streamed: 7 chunks of 3 responses grouped by responseId (interleaved), and one whole response
+    "gemini-stream.jsonl": (8, 4, 0, 0, 0, 0, {"gemini-stream": 3, "gemini": 1},
+                            {"stop": 2, "length": 1, "tool_calls": 1}, {"STOP": 3, "MAX_TOKENS": 1}),
     "openai-responses.jsonl": (6, 6, 0, 0, 0, 0, {"openai-responses": 6},
                                {"stop": 2, "length": 1, "tool_calls": 1, "content_filter": 1, "error": 1},
                                {"completed": 3, "max_output_tokens": 1, "content_filter": 1, "failed": 1}),
@@ -100,6 +103,16 @@ def test_an_anthropic_stream_is_one_answer_per_message(tmp_path):
     path.write_text("\n".join(lines[8:]) + "\n")
     cut = analyze_logs([str(path)])
     assert (cut.responses, cut.finish) == (4, {"stop": 2, "length": 1, "tool_calls": 1})
+
+
+def test_a_gemini_stream_is_one_answer_per_response_id():
+    # The chunks of three streams interleave; a function call in an earlier chunk than the
+    # finishReason still makes the answer a tool call; the cut answer is the whole stream's text.
+    report = analyze_logs([str(SHAPES / "gemini-stream.jsonl")])
+    assert (report.streams, report.chunks) == (3, 7)
+    assert [(e.line, e.excerpt) for e in report.problems["budget-truncated"].examples] == [
+        (5, "The history of Rome begins with")]
+    assert report.problems["mid-sentence"].count == 1
 
 
 # fixtures/logs/lies.jsonl: lines 1-2 truncated at the budget yet reported finished, 5-6 loops

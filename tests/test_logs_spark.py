@@ -60,7 +60,8 @@ def test_spark_gives_the_report_duckdb_gives_on_every_shape(spark_engine, tmp_pa
     assert _report(spark) == _report(duck)
 
 
-@pytest.mark.parametrize("name", ["openai-stream.jsonl", "otel-otlp.jsonl", "lies.jsonl", "responses.jsonl"])
+@pytest.mark.parametrize("name", ["openai-stream.jsonl", "anthropic-stream.jsonl", "gemini-stream.jsonl",
+                                  "otel-otlp.jsonl", "lies.jsonl", "responses.jsonl"])
 def test_the_report_does_not_depend_on_how_spark_splits_the_lines(spark_engine, monkeypatch, name):
     # Parts of two lines: a stream's chunks, a problem's first examples, the first and last
     # timestamps all fall in different parts; one example per problem.

@@ -240,8 +240,10 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         "multi_choice": f"coalesce({multi}, false)",
         # An Anthropic event other than message_start has no id: `streams_sql` gives it the last one.
         "stream_id": (f"CASE kind WHEN 'openai-chat-stream' THEN coalesce({fam('openai', 'id')}, 'line ' || line_no) "
-                      f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'stream_id')} END"),
-        "choice": f"CASE WHEN kind = 'openai-chat-stream' THEN coalesce({_int(oc('index'))}, 0) ELSE 0 END",
+                      f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'stream_id')} "
+                      f"WHEN 'gemini' THEN coalesce({fam('gemini', 'id')}, 'line ' || line_no) END"),
+        "choice": (f"CASE kind WHEN 'openai-chat-stream' THEN coalesce({_int(oc('index'))}, 0) "
+                   f"WHEN 'gemini' THEN coalesce({_int(gc('index'))}, 0) ELSE 0 END"),
         "openai_choices": _array_of(lk, "openai", "second_choice", ".choices"),
         "gemini_candidates": _array_of(lk, "gemini", "second_candidate", ".candidates"),
     }
@@ -441,8 +443,9 @@ WITH resolved AS (
                '(before the first message_start)') AS stream_id)
     FROM {source} WHERE chunks = 0
 ), streams AS (
-    SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad, any_value(shape) AS kind,
-           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, NULL AS finish_hint,
+    SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
+           CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
+           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, max(finish_hint) AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
            any_value(model) AS model, any_value(max_tokens) AS max_tokens, max(output_tokens) AS output_tokens,
            max(reasoning_tokens) AS reasoning_tokens,

@@ -128,7 +128,10 @@ LINE_TIMESTAMPS = ("$.timestamp", "$.time", '$."@timestamp"', "$.request_time")
 ANTHROPIC_EVENTS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop",
                     "message_delta", "message_stop", "ping")
 # Shapes whose lines are pieces of one answer, grouped by stream (`actions.logs.records.streams_sql`).
-STREAMED = ("openai-chat-stream", "anthropic-stream")
+# A Gemini line is a whole response or one chunk of a stream (`streamGenerateContent`: every
+# chunk a response with the same `responseId`): its lines are grouped by that id, and a group of
+# more than one line is a stream (`gemini-stream`).
+STREAMED = ("openai-chat-stream", "anthropic-stream", "gemini")
 
 # OpenTelemetry GenAI semantic conventions (attribute names), read from an OTLP JSON export
 # (`ExportTraceServiceRequest`, one per line: resourceSpans[].scopeSpans[].spans[], attributes as
