@@ -104,3 +104,15 @@ def test_gzip_and_parquet_give_the_report_duckdb_gives(spark_engine, tmp_path):
         f"escape='', header=false, auto_detect=false)) TO '{parquet}' (FORMAT parquet)")
     for path in (gz, parquet):
         assert _report(spark_engine([str(path)])) == _report(analyze_logs([str(path)])), path.name
+
+
+def test_every_problem_keeps_its_own_first_examples(spark_engine, monkeypatch, tmp_path):
+    # Each problem's examples come from rows no other problem keeps: cut answers that end a
+    # sentence (budget-truncated only), cut mid-sentence, bad lines; more of each than shown.
+    lines = [chat("Cut, but a sentence.", "length"), "{not json", chat("Fine."), chat("Cut in the", "length"),
+             chat("Also cut.", "length"), "{bad", chat("Cut in a", "length"), chat("Fine again."), "{worse"]
+    path = write_jsonl(tmp_path / "cuts.jsonl", lines * 3)
+    monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "2")
+    for examples in (1, 2):
+        settings = LogsSettings(examples=examples)
+        assert _report(spark_engine([str(path)], settings=settings)) == _report(analyze_logs([str(path)], settings=settings))
