@@ -116,3 +116,18 @@ def test_every_problem_keeps_its_own_first_examples(spark_engine, monkeypatch, t
     for examples in (1, 2):
         settings = LogsSettings(examples=examples)
         assert _report(spark_engine([str(path)], settings=settings)) == _report(analyze_logs([str(path)], settings=settings))
+
+
+def test_the_timeline_is_the_same_when_spark_counts_rows_in_parts(spark_engine, monkeypatch, tmp_path):
+    # A span just past 48 five-minute buckets (so 15 minutes), times off the minute: a counted
+    # row's time moves within its bucket, the first and last stay exact, so bucket and counts hold.
+    start, span, n = 1_767_225_607, 48 * 300 + 30, 200
+    lines = [chat("Fine." if i % 3 else "Cut in the", "stop" if i % 3 else "length", created=start + i * span // (n - 1))
+             for i in range(n)]
+    for line in lines:
+        line["created"] = line["choices"][0].pop("created")
+    path = write_jsonl(tmp_path / "timed.jsonl", lines)
+    monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "7")
+    duck = analyze_logs([str(path)])
+    assert duck.charts.timeline.bucket == "15 minutes"
+    assert _report(spark_engine([str(path)])) == _report(duck)
