@@ -81,3 +81,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # before the test's fixtures: some load a model with torch
     if item.get_closest_marker("needs_torch") is not None and (reason := torch_missing()) is not None:
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """One local[2] Spark session for the whole test session (a JVM takes seconds to start);
+    skipped with the reason when Java or pyspark is missing."""
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime: apt-get install -y default-jre-headless (the .ci/run script does)")
+    pytest.importorskip("pyspark", reason="pyspark not installed: pip install 'stopdoctor[spark]'")
+    from stopdoctor.actions.logs.spark import session
+
+    return session()

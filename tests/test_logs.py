@@ -313,10 +313,14 @@ def test_cli_model_and_show_sql(synth_root, tmp_path):
     run = cli("logs", str(path), "--model", str(synth_root / "clean-chatml"), "--json")
     assert run.code == 1 and run.json()["turn_headers_from"] == str(synth_root / "clean-chatml")
     assert run.json()["problems"]["hallucinated-turn"]["lines"] == [{"file": str(path), "line": 1}]
-    sql = cli("logs", str(path), "--show-sql")
-    assert sql.code == 0 and sql.stdout.startswith(f"-- {path}\n")
-    rows = duckdb.sql(sql.stdout.split("\n", 1)[1].strip().rstrip(";")).fetchall()  # runs as printed
-    assert len(rows) == 2
+    stream = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "shapes" / "openai-stream.jsonl"
+    sql = cli("logs", str(path), str(stream), "--show-sql")
+    assert sql.code == 0 and f"-- {path}\n" in sql.stdout and f"-- {stream}\n" in sql.stdout
+    # The whole script runs as printed and ends with the finish reasons the report counts, the
+    # streamed chunks grouped into their answers.
+    counts = dict(duckdb.connect().execute(sql.stdout).fetchall())
+    assert counts == analyze_logs([str(path), str(stream)]).finish
+    assert sum(counts.values()) == 2 + analyze_logs([str(stream)]).streams
 
 
 def test_readme_example_is_current(monkeypatch):
@@ -378,3 +382,16 @@ def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_
     assert [e["line"] for e in doc["problems"]["hallucinated-turn"]["lines"]] == broken, text
     assert doc["by_max_tokens"] == {"40": {"length": 4, "stop": 4}}
     assert run.code == 1 and [f["code"] for f in doc["findings"]] == ["SD702", "SD701"]
+
+
+def test_duckdb_never_draws_its_progress_bar_on_stdout(capfd):
+    # stdout carries the JSON report: DuckDB's own bar (drawn for a query past 2 s) broke
+    # `stopdoctor logs --format json big.jsonl > report.json`.
+    from stopdoctor.actions.logs.query import connect
+
+    con, _ = connect()
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET progress_bar_time = 0")
+    con.execute("SELECT count(*) FROM range(400000000) t(i) WHERE i % 7 = 3").fetchall()
+    con.close()
+    assert "%" not in capfd.readouterr().out

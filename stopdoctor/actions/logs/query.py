@@ -31,7 +31,7 @@ from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, li
 from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
-from stopdoctor.actions.logs.summary import charts, lie_problems
+from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
 from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
@@ -53,7 +53,8 @@ RECORD_COLUMNS = (
 MEMORY_LIMIT = "512MB"
 
 
-def _connect():
+def connect():
+    """A DuckDB connection in bounded memory (spilling to a temp folder), and the duckdb module."""
     try:
         import duckdb
     except ImportError:
@@ -66,24 +67,46 @@ def _connect():
     con.execute(f"SET temp_directory = {sql_string(str(Path(tempfile.gettempdir()) / 'stopdoctor-duckdb'))}")
     con.execute(f"SET memory_limit = {sql_string(os.environ.get('STOPDOCTOR_LOGS_MEMORY', MEMORY_LIMIT))}")
     con.execute("SET preserve_insertion_order = false")  # rows are ordered by line_no where it matters
+    # DuckDB draws its own progress bar on stdout for a long query: stdout carries data (--format
+    # json); progress goes through `on_progress` only.
+    con.execute("SET enable_progress_bar_print = false")
     return con, duckdb
 
 
 def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
              settings: LogsSettings = LogsSettings()) -> str:
-    """The normalising query for each file, to run as it is in another DuckDB (`--show-sql`)."""
+    """The statements that build the records table `rec` from each file (the normalising query,
+    then the grouping of streamed chunks), and the finish-reason counts over it: a script to run
+    as it is in another DuckDB (`--show-sql`)."""
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
-    con, _ = _connect()
+    con, _ = connect()
     try:
-        out = []
+        out = [f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS});\n\n"]
         for path in paths:
             source = source_sql(path, con)
             query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-            out.append(f"-- {path}\n{query.strip()};\n\n")
+            out.append(f"-- {path}\n{_insert_sql(path, query)};\n")
+            out.append("-- streamed responses: each stream's chunks grouped into one answer\n"
+                       + "".join(f"{statement};\n" for statement in _stream_statements(path, vocabulary)) + "\n")
+        out.append("-- the normalised finish reasons\nSELECT finish, count(*) AS answers FROM rec WHERE shape IS NOT NULL "
+                   "GROUP BY 1 ORDER BY 2 DESC, 1;\n")
         return "".join(out)
     finally:
         con.close()
+
+
+def _insert_sql(path: str, query: str) -> str:
+    return f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})"
+
+
+def _stream_statements(path: str, vocabulary: TurnVocabulary) -> list[str]:
+    """A file's streamed chunk rows in `rec` replaced by one answer per stream (`streams_sql`)."""
+    file = sql_string(path)
+    return [f"CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec WHERE file = {file} AND chunks = 0",
+            f"INSERT INTO rec SELECT {file} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})",
+            f"DELETE FROM rec WHERE file = {file} AND chunks = 0",
+            "DROP TABLE chunk_rows"]
 
 
 def _key_groups(con, source: str, settings: LogsSettings) -> dict[str, frozenset[str]]:
@@ -159,7 +182,7 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
     started = time.perf_counter()
-    con, duckdb = _connect()
+    con, duckdb = connect()
     con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
     aliases = tempfile.TemporaryDirectory(prefix="stopdoctor-logs-")
     try:
@@ -194,7 +217,7 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
                 query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-                _run(con, f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({query})",
+                _run(con, _insert_sql(path, query),
                      progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
@@ -206,18 +229,19 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
         # A streamed response: its chunk rows grouped into one answer each.
         if con.execute("SELECT count(*) FROM rec WHERE file = ? AND chunks = 0", [path]).fetchone()[0]:
-            con.execute("CREATE OR REPLACE TEMP TABLE chunk_rows AS SELECT * EXCLUDE (file) FROM rec "
-                        "WHERE file = ? AND chunks = 0", [path])
-            con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})")
-            con.execute("DELETE FROM rec WHERE chunks = 0")
-            con.execute("DROP TABLE chunk_rows")
+            for statement in _stream_statements(path, vocabulary):
+                con.execute(statement)
     return line_counts
 
 
-def open_records():
-    """A DuckDB connection (bounded memory) with the empty records table `rec` the report reads."""
-    con, _ = _connect()
-    con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
+def open_counted_records():
+    """A DuckDB connection (bounded memory) with an empty table `counted` of records with a
+    `weight` (`actions.logs.partial`: a row kept whole has weight 1, a counted row the number of
+    records it stands for), and `rec`, the records table the report reads, as each counted row
+    repeated `weight` times: the report's every count is the count of the records."""
+    con, _ = connect()
+    con.execute(f"CREATE TEMP TABLE counted (file VARCHAR, {RECORD_COLUMNS}, weight BIGINT)")
+    con.execute("CREATE TEMP VIEW rec AS SELECT * EXCLUDE (weight, range) FROM counted, range(counted.weight)")
     return con
 
 
@@ -321,10 +345,11 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     (blank, bad, unrecognised, responses, multi_choice, streams, chunks), = _rows(con, """
         SELECT count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NULL AND NOT blank AND NOT bad),
                count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
-               count(*) FILTER (shape = 'openai-chat-stream'),
-               coalesce(sum(chunks) FILTER (shape = 'openai-chat-stream'), 0) FROM rec""")
+               count(*) FILTER (shape LIKE '%-stream'),
+               coalesce(sum(chunks) FILTER (shape LIKE '%-stream'), 0) FROM rec""")
     responses_filter = "shape IS NOT NULL"
-    bad_examples = tuple((f, n) for f, n in _rows(con, "SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no LIMIT 5"))
+    bad_examples = tuple((f, n) for f, n in _rows(con, f"SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no "
+                                                        f"LIMIT {BAD_EXAMPLES}"))
     shapes = dict(_rows(con, f"SELECT shape, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish = dict(_rows(con, f"SELECT finish, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
     finish_raw = dict(_rows(con, f"SELECT coalesce(finish_raw, '(none)'), count(*) FROM rec WHERE {responses_filter} "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stopdoctor.actions.logs.shapes import FAMILY_FIELDS, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
+from stopdoctor.actions.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STREAMED, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
 from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
@@ -164,6 +164,8 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
             f"WHEN {lk.first(_under(r, '.choices[0].text') for r, fs in RESPONSE_ROOTS if 'openai' in fs)} IS NOT NULL "
             "THEN 'openai-completions' "
             f"WHEN {fam('responses', 'responses_object')} = 'response' THEN 'openai-responses' "
+            f"WHEN {fam('anthropic_stream', 'event_type')} IN ({', '.join(sql_string(e) for e in ANTHROPIC_EVENTS)}) "
+            "THEN 'anthropic-stream' "
             f"WHEN {fam('anthropic', 'anthropic_type')} = 'message' AND {fam('anthropic', 'content_json')} IS NOT NULL "
             "THEN 'anthropic' "
             f"WHEN {fam('bedrock', 'finish')} IS NOT NULL THEN 'bedrock-converse' "
@@ -180,6 +182,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
     parts = gc("parts")
     finish = (f"CASE kind WHEN 'openai-responses' THEN CASE WHEN {responses_status} = 'incomplete' THEN "
               f"coalesce({fam('responses', 'incomplete')}, 'incomplete') ELSE {responses_status} END "
+              f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'finish')} "
               f"WHEN 'anthropic' THEN {fam('anthropic', 'finish')} WHEN 'bedrock-converse' THEN {fam('bedrock', 'finish')} "
               f"WHEN 'gemini' THEN coalesce({gc('finish')}, {fam('gemini', 'block_reason')}) "
               f"WHEN 'ollama' THEN {fam('server', 'ollama_finish')} WHEN 'tgi' THEN {fam('server', 'tgi_finish')} "
@@ -193,8 +196,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
-    # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp):
-    # the same branches serve the Spark engine (`actions.logs.spark`), which reads only these.
+    # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp).
     scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
                    f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
                    f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
@@ -202,11 +204,13 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
     scalar_reasoning = f"WHEN 'ollama' THEN {fam('server', 'ollama_reasoning')} ELSE {oc('reasoning')}"
     text = (f"CASE kind WHEN 'openai-responses' THEN {_responses_items(responses_output, 'message', '$.content[*].text')} "
             f"WHEN 'anthropic' THEN {_blocks(content, '$[*].text')} "
+            f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'text')} "
             f"WHEN 'bedrock-converse' THEN {_blocks(bedrock_content, '$[*].text')} "
             f"WHEN 'gemini' THEN {_gemini_parts(parts, False)} {scalar_text} END")
     reasoning = (f"CASE kind WHEN 'openai-responses' THEN nullif({_responses_items(responses_output, 'reasoning', '$.summary[*].text')} "
                  f"|| {_responses_items(responses_output, 'reasoning', '$.content[*].text')}, '') "
                  f"WHEN 'anthropic' THEN nullif({_blocks(content, '$[*].thinking')}, '') "
+                 f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'reasoning')} "
                  f"WHEN 'bedrock-converse' THEN nullif({_blocks(bedrock_content, '$[*].reasoningContent.reasoningText.text')}, '') "
                  f"WHEN 'gemini' THEN nullif({_gemini_parts(parts, True)}, '') {scalar_reasoning} END")
     families = ("openai", "responses", "anthropic", "bedrock", "server")
@@ -216,7 +220,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
     reasoning_tokens = lk.first(_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "responses", "gemini")
                                 if f in fs for s in FAMILY_FIELDS[f].get("reasoning_tokens", ()))
     model = lk.first([_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "gemini", "anthropic", "responses",
-                                                                          "server") if f in fs
+                                                                          "server", "anthropic_stream") if f in fs
                       for s in FAMILY_FIELDS[f].get("model", ())] + [r + s for r in REQUEST_ROOTS for s in REQUEST_FIELDS["model"]])
     created = lk.first([_under(r, s) for r, fs in RESPONSE_ROOTS for f in ("openai", "gemini", "responses", "server")
                         if f in fs for s in FAMILY_FIELDS[f].get("created", ())] + list(LINE_TIMESTAMPS))
@@ -224,17 +228,21 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
              f"{_family(lk, 'gemini', 'second_candidate')} IS NOT NULL AND kind = 'gemini'")
     fields = {
         "kind": kind, "finish_raw": finish, "finish_hint": hint, "text": text, "reasoning": reasoning,
-        "scalar_text": f"CASE kind {scalar_text} END", "scalar_reasoning": f"CASE kind {scalar_reasoning} END",
         "model": model,
         "max_tokens": f"coalesce({request('max_tokens')}, {fam('responses', 'max_tokens')})",
         "output_tokens": f"CASE WHEN kind = 'gemini' THEN {gemini_out} ELSE {_int(output_tokens)} END",
         "reasoning_tokens": _int(reasoning_tokens),
-        "stop_reason": (f"CASE kind WHEN 'anthropic' THEN {fam('anthropic', 'stop_reason')} WHEN 'llama.cpp' THEN "
+        "stop_reason": (f"CASE kind WHEN 'anthropic' THEN {fam('anthropic', 'stop_reason')} "
+                        f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'stop_sequence')} WHEN 'llama.cpp' THEN "
                         f"{fam('server', 'llamacpp_stop')} ELSE coalesce({oc('stop_reason')}, {fam('server', 'llamacpp_stop')}) END"),
         "ts": _timestamp(created),
         "multi_choice": f"coalesce({multi}, false)",
-        "stream_id": f"CASE WHEN kind = 'openai-chat-stream' THEN coalesce({fam('openai', 'id')}, 'line ' || line_no) END",
-        "choice": f"CASE WHEN kind = 'openai-chat-stream' THEN coalesce({_int(oc('index'))}, 0) ELSE 0 END",
+        # An Anthropic event other than message_start has no id: `streams_sql` gives it the last one.
+        "stream_id": (f"CASE kind WHEN 'openai-chat-stream' THEN coalesce({fam('openai', 'id')}, 'line ' || line_no) "
+                      f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'stream_id')} "
+                      f"WHEN 'gemini' THEN coalesce({fam('gemini', 'id')}, 'line ' || line_no) END"),
+        "choice": (f"CASE kind WHEN 'openai-chat-stream' THEN coalesce({_int(oc('index'))}, 0) "
+                   f"WHEN 'gemini' THEN coalesce({_int(gc('index'))}, 0) ELSE 0 END"),
         "openai_choices": _array_of(lk, "openai", "second_choice", ".choices"),
         "gemini_candidates": _array_of(lk, "gemini", "second_candidate", ".candidates"),
     }
@@ -412,38 +420,45 @@ WITH grouped AS (
 """
 
 
-def answers_sql(relation: str, vocabulary: TurnVocabulary) -> str:
-    """The records of `relation`'s answers (its columns those of one answer, as `normalise_sql`'s
-    `flat`): what the Spark engine's rows are turned into on the driver."""
-    return _stored(derived_sql(relation, vocabulary))
-
-
 def _stored(derived: str) -> str:
     """The columns the records table keeps: a chunk of a stream keeps its raw text until the
     chunks are grouped (`streams_sql`); an answer keeps only what its problems need."""
-    return (f"SELECT * REPLACE (CASE WHEN shape = 'openai-chat-stream' AND chunks = 0 THEN text END AS text, "
-            "CASE WHEN shape = 'openai-chat-stream' AND chunks = 0 THEN reasoning END AS reasoning) "
+    return (f"SELECT * REPLACE (CASE WHEN chunks = 0 THEN text END AS text, "
+            "CASE WHEN chunks = 0 THEN reasoning END AS reasoning) "
             f"FROM ({derived})")
 
 
 def streams_sql(source: str, vocabulary: TurnVocabulary) -> str:
-    """A streamed response's chunk rows (from `normalise_sql`, in `source`) grouped by `id` and
+    """A streamed response's chunk rows (from `normalise_sql`, in `source`) grouped by stream id
+    (OpenAI's `id`; Anthropic's message_start `message.id`, carried to the events after it) and
     choice into one answer: the finish reason from the last chunk that has one, the text and the
     reasoning reassembled in line order, the usage from the chunk that carries it."""
     return f"""
-WITH streams AS (
-    SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad, 'openai-chat-stream' AS kind,
-           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, NULL AS finish_hint,
+WITH resolved AS (
+    -- an event without a stream id (Anthropic's, but message_start) belongs to the last one
+    -- started before it in the file; events before any start are one stream of their own
+    SELECT * REPLACE (coalesce(stream_id, last_value(stream_id IGNORE NULLS) OVER (
+               PARTITION BY shape ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+               '(before the first message_start)') AS stream_id)
+    FROM {source} WHERE chunks = 0
+), streams AS (
+    SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
+           CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
+           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, max(finish_hint) AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
            any_value(model) AS model, any_value(max_tokens) AS max_tokens, max(output_tokens) AS output_tokens,
            max(reasoning_tokens) AS reasoning_tokens,
            arg_max(stop_reason, line_no) FILTER (stop_reason IS NOT NULL) AS stop_reason, min(ts) AS ts,
-           bool_or(multi_choice) OR count(*) OVER (PARTITION BY stream_id) > 1 AS multi_choice, stream_id,
+           bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id) > 1 AS multi_choice, stream_id,
            count(*) AS chunks
-    FROM {source} WHERE chunks = 0 GROUP BY stream_id, choice
+    FROM resolved GROUP BY shape, stream_id, choice
 )
 {_stored(derived_sql('streams', vocabulary))}
 """
+
+
+def _streamed() -> str:
+    return ", ".join(sql_string(kind) for kind in STREAMED)
 
 
 def derived_sql(relation: str, vocabulary: TurnVocabulary) -> str:
@@ -465,7 +480,7 @@ WITH normalised AS (
 )
 SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
        output_tokens, reasoning_tokens, ts,
-       {'chunks' if relation == 'streams' else "CASE WHEN kind = 'openai-chat-stream' THEN 0 ELSE 1 END"} AS chunks,
+       {'chunks' if relation == 'streams' else f"CASE WHEN kind IN ({_streamed()}) THEN 0 ELSE 1 END"} AS chunks,
        coalesce(turn_candidate, false) AS turn_candidate,
        finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
            AND NOT regexp_matches(rtrim(text), {sql_string(_SENTENCE_END_SQL)}) AS mid_sentence,
@@ -496,18 +511,3 @@ FROM scored
 
 
 _SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""
-
-
-# What the Spark engine (`actions.logs.spark`) reads per line: every field of a one-answer line of
-# a scalar shape, as SQL over `v` (the values of `paths`, 1-based) that Spark runs too.
-SCALAR_FIELDS = ("kind", "finish_raw", "model", "max_tokens", "output_tokens", "reasoning_tokens", "stop_reason",
-                 "multi_choice", "scalar_text", "scalar_reasoning")
-
-
-def scalar_line_sql() -> tuple[list[str], dict[str, str]]:
-    """The JSON paths read from a line and, per field of `SCALAR_FIELDS`, its expression: the very
-    expressions `normalise_sql` uses (the shape detected over every shape, so the Spark engine can
-    refuse the shapes it does not read)."""
-    lk = _Lookups()
-    fields = _line_fields(lk, {})
-    return list(lk.paths), {name: fields[name] for name in SCALAR_FIELDS}

@@ -42,7 +42,7 @@ RESPONSE_ROOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("$.result.message", ("anthropic",)),
     ("$.modelOutput", ("bedrock",)),
     ("$.response", ("openai", "gemini", "anthropic", "bedrock", "responses", "server")),
-    ("$", ("openai", "gemini", "anthropic", "bedrock", "responses", "server")),
+    ("$", ("openai", "gemini", "anthropic", "anthropic_stream", "bedrock", "responses", "server")),
 )
 REQUEST_ROOTS = ("$.request.body", "$.request", "$.modelInput")
 
@@ -69,6 +69,15 @@ FAMILY_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
         "anthropic_type": (".type",), "model": (".model",), "finish": (".stop_reason",),
         "stop_reason": (".stop_sequence",), "content_json": (".content",),
         "output_tokens": (".usage.output_tokens",),
+    },
+    # Anthropic Messages streamed (server-sent events, one event a line): `message_start` carries the
+    # message's id and model, `content_block_delta` a piece of text or thinking, `message_delta` the
+    # stop reason and the output tokens so far. Only `message_start` names its message: the other
+    # events belong to the message started last.
+    "anthropic_stream": {
+        "event_type": (".type",), "stream_id": (".message.id",), "model": (".message.model",),
+        "text": (".delta.text",), "reasoning": (".delta.thinking",), "finish": (".delta.stop_reason",),
+        "stop_sequence": (".delta.stop_sequence",),
     },
     "bedrock": {
         "finish": (".stopReason",), "content_json": (".output.message.content",),
@@ -115,6 +124,14 @@ REQUEST_FIELDS: dict[str, tuple[str, ...]] = {
 
 # Timestamps a log pipeline writes beside the response (ISO text or Unix seconds/ms/µs/ns).
 LINE_TIMESTAMPS = ("$.timestamp", "$.time", '$."@timestamp"', "$.request_time")
+
+ANTHROPIC_EVENTS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                    "message_delta", "message_stop", "ping")
+# Shapes whose lines are pieces of one answer, grouped by stream (`actions.logs.records.streams_sql`).
+# A Gemini line is a whole response or one chunk of a stream (`streamGenerateContent`: every
+# chunk a response with the same `responseId`): its lines are grouped by that id, and a group of
+# more than one line is a stream (`gemini-stream`).
+STREAMED = ("openai-chat-stream", "anthropic-stream", "gemini")
 
 # OpenTelemetry GenAI semantic conventions (attribute names), read from an OTLP JSON export
 # (`ExportTraceServiceRequest`, one per line: resourceSpans[].scopeSpans[].spans[], attributes as

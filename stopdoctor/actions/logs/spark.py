@@ -1,62 +1,47 @@
-"""`stopdoctor logs --engine spark`: the per-line reading (parse, shape, fields) on Apache Spark,
-for logs that live in a lake; the flags and the summary then run on the driver over the answers'
-rows, in DuckDB, by the same SQL as the DuckDB engine.
+"""`stopdoctor logs --engine spark`: the DuckDB engine's analysis run on Apache Spark, for logs
+that live in a lake; every shape the DuckDB engine reads, `--field` included.
 
-One source of truth: the JSON paths and the expressions that detect a line's shape and pick its
-fields are `actions.logs.records.scalar_line_sql()`, the very SQL the DuckDB query uses, run by
-Spark SQL over `v = array(get_json_object(line, path), ...)` (only the 1-based list indexing and
-one type name are rewritten). Spark reads the shapes whose answer is one scalar path: OpenAI
-chat and completions (a request+response pair, batch output; vLLM/SGLang stop reasons), Ollama,
-TGI and llama.cpp. A file with another shape (Anthropic, Bedrock, Gemini, Responses, streamed
-chunks, OpenTelemetry spans) or an n > 1 response is refused with one line naming them.
+One source of truth: each Spark task runs the DuckDB engine's own normalising query
+(`actions.logs.records.normalise_sql`, built once on the driver) in an embedded DuckDB over its
+part of the lines (`mapInArrow`, Arrow batches in and out), and reduces the records it made to
+counts and the few rows the report shows (`actions.logs.partial`). The chunks of streamed
+responses meet by stream id after a shuffle and are grouped into answers there; Spark sums the
+counts. The driver receives only those sums and rows, and the DuckDB engine's own summary reads
+them (`actions.logs.query.records_report`): the counts are the DuckDB engine's, not a second
+implementation of them.
 
-Imports: core, actions.logs (records, query, report, sql, vocabulary); pyspark and pyarrow lazily.
+The executors need stopdoctor (and so duckdb) installed, as they need pyspark: under spark-submit
+ship the same environment (`--archives env.tar.gz#env`, PYSPARK_PYTHON=./env/bin/python).
+
+Imports: core, actions.logs (groups, inputs, partial, query, records, report, sql, summary, vocabulary);
+pyspark, pyarrow and duckdb lazily.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import sys
 import time
 from collections.abc import Sequence
 
-from stopdoctor.actions.logs.query import open_records, records_report
-from stopdoctor.actions.logs.records import answers_sql, scalar_line_sql
+from stopdoctor.actions.logs.groups import SAMPLE_LINES, sample_groups
+from stopdoctor.actions.logs.partial import RECORD_NAMES, bucketed_sql, part_sql
+from stopdoctor.actions.logs.query import RECORD_COLUMNS, connect, open_counted_records, records_report
+from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
 from stopdoctor.actions.logs.report import LogsReport, LogsSettings
-from stopdoctor.actions.logs.sql import is_parquet, sql_string
+from stopdoctor.actions.logs.inputs import check_log_file
+from stopdoctor.actions.logs.sql import is_parquet, is_remote, sql_string
+from stopdoctor.actions.logs.summary import timeline_bucket
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 from stopdoctor.core.errors import InputError, MissingDependencyError
 
-SPARK_SHAPES = ("openai-chat", "openai-completions", "ollama", "tgi", "llama.cpp", "other")
-
-
-def spark_sql(expr: str) -> str:
-    """A field expression of the DuckDB query as Spark SQL: `v[k]` (1-based) -> element_at."""
-    return re.sub(r"\bv\[(\d+)\]", r"element_at(v, \1)", expr).replace("AS VARCHAR)", "AS STRING)")
-
-
-def spark_path(path: str) -> str:
-    """A JSON path as get_json_object reads it (`$."@timestamp"` -> `$['@timestamp']`)."""
-    return re.sub(r'\."([^"]*)"', lambda m: "['" + m.group(1).replace("'", "\\'") + "']", path)
-
-
-def lines_query(view: str) -> str:
-    """Spark SQL: one row per line of `view` (`line_no`, `line`) with the fields of its one answer."""
-    paths, fields = scalar_line_sql()
-    values = ", ".join(f"get_json_object(line, {sql_string(spark_path(p))})" for p in paths)
-    columns = ", ".join(f"{spark_sql(fields[name])} AS {name}" for name in fields if name != "kind")
-    return f"""
-WITH prepared AS (
-    SELECT line_no, CASE WHEN startswith(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line FROM {view}
-), parsed AS (
-    SELECT line_no, line IS NULL OR trim(line) IN ('', '[DONE]') OR startswith(line, 'event:') AS blank,
-           CASE WHEN get_json_object(line, '$') IS NOT NULL THEN array({values}) END AS v
-    FROM prepared
-), kinded AS (
-    SELECT *, {spark_sql(fields['kind'])} AS kind FROM parsed
-)
-SELECT line_no, blank, v IS NULL AND NOT blank AS bad, kind, {columns} FROM kinded
-"""
+# Lines a task normalises in one DuckDB query (binding the query takes ~0.3 s); any size gives the
+# same report (STOPDOCTOR_SPARK_CHUNK_LINES sets it: the tests split a fixture into parts of 2 lines).
+CHUNK_LINES = 100_000
+TASK_MEMORY = "512MB"  # each task's DuckDB; past it, it spills to the temp folder
+# The records' columns as Spark types (a record's time is a UTC wall time: TIMESTAMP_NTZ).
+SCHEMA = ("file STRING, " + RECORD_COLUMNS.replace("VARCHAR", "STRING").replace("TIMESTAMP", "TIMESTAMP_NTZ")
+          + ", weight BIGINT")
 
 
 def session():
@@ -71,20 +56,27 @@ def session():
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # A local session's Python workers run this interpreter (its stopdoctor, duckdb and pyarrow),
+    # not whichever python3 is first on PATH.
+    if "SPARK_HOME" not in os.environ:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("stopdoctor logs")
     if "SPARK_HOME" not in os.environ or os.environ.get("STOPDOCTOR_SPARK_MASTER"):
         builder = builder.master(os.environ.get("STOPDOCTOR_SPARK_MASTER", "local[2]"))
     builder = builder.config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-    # The per-line query is one large expression tree (every shape's fields); Catalyst's planning of
-    # it overflows the default 1 GB driver heap (java.lang.OutOfMemoryError seen in the parity test).
-    # Applies to a local session only: under spark-submit the driver is already running.
-    builder = builder.config("spark.driver.memory", os.environ.get("STOPDOCTOR_SPARK_DRIVER_MEMORY", "3g"))
+    # Applies to a local session only: under spark-submit the driver is already running. The driver
+    # holds only counts and the rows the report shows; Spark's default 1 GB is enough.
+    if os.environ.get("STOPDOCTOR_SPARK_DRIVER_MEMORY"):
+        builder = builder.config("spark.driver.memory", os.environ["STOPDOCTOR_SPARK_DRIVER_MEMORY"])
     return builder.getOrCreate()
 
 
-def _read(spark, path: str):
+def _lines(spark, path: str):
     """The lines of one file (JSONL, .gz, Parquet; any path Spark's file systems open: s3a://,
-    gs://, abfss://, hdfs://), numbered from 1 in file order."""
+    gs://, abfss://, hdfs://) as (`line_no`, `line`), numbered from 1 in file order, and how many.
+
+    Numbered without bringing a line to Python: a part's rows are counted (one small job), and a
+    line's number is the lines of the parts before it plus its place in its part."""
     from pyspark.sql import functions as F
 
     if is_parquet(path):
@@ -95,36 +87,146 @@ def _read(spark, path: str):
             frame = frame.select(F.to_json(F.struct(*frame.columns)).alias("value"))
     else:
         frame = spark.read.text(path)
-    numbered = frame.rdd.zipWithIndex().map(lambda row: (row[1] + 1, row[0][0]))
-    return spark.createDataFrame(numbered, "line_no LONG, line STRING")
+    part = F.spark_partition_id()
+    counts = dict(frame.groupBy(part.alias("part")).count().collect())
+    offsets, total = [], 0
+    for index in range(frame.rdd.getNumPartitions()):
+        offsets.append(total)
+        total += counts.get(index, 0)
+    if not total:
+        return frame.select(F.lit(0).cast("long").alias("line_no"), F.col("value").alias("line")), 0
+    # monotonically_increasing_id is the part's index << 33 plus the row's place in the part.
+    place = F.monotonically_increasing_id() - F.shiftleft(part.cast("long"), 33)
+    line_no = F.element_at(F.array(*[F.lit(o).cast("long") for o in offsets]), part + 1) + place + 1
+    return frame.select(line_no.alias("line_no"), F.col("value").alias("line")), total
+
+
+def _duckdb():
+    con, _ = connect()
+    con.execute("SET threads = 1")  # Spark runs the tasks side by side
+    con.execute(f"SET memory_limit = {sql_string(os.environ.get('STOPDOCTOR_SPARK_TASK_MEMORY', TASK_MEMORY))}")
+    return con
+
+
+def _out(con, sql: str, arrow_schema):
+    table = con.sql(sql).to_arrow_table()
+    return table.select(arrow_schema.names).cast(arrow_schema).to_batches()
+
+
+def _normaliser(query: str, file: str, examples: int, arrow_schema, chunk_lines: int):
+    """A task: its lines' records, reduced (`partial.part_sql`), `chunk_lines` lines at a time."""
+    def run(batches):
+        import pyarrow as pa
+
+        con = _duckdb()
+        reduce = part_sql("part", examples)
+
+        def chunk(pending):
+            con.register("lines", pa.Table.from_batches(pending))
+            con.execute(f"CREATE OR REPLACE TEMP TABLE part AS SELECT {sql_string(file)} AS file, * FROM ({query})")
+            con.unregister("lines")
+            return _out(con, reduce, arrow_schema)
+
+        pending, size = [], 0
+        for batch in batches:
+            pending.append(batch)
+            size += batch.num_rows
+            if size >= chunk_lines:
+                yield from chunk(pending)
+                pending, size = [], 0
+        if pending:
+            yield from chunk(pending)
+        con.close()
+    return run
+
+
+def _grouper(sql: str, arrow_schema):
+    """A task after the shuffle: its streams grouped into answers, its counted rows' times bucketed."""
+    def run(batches):
+        import pyarrow as pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        con = _duckdb()
+        con.register("parts", pa.Table.from_batches(batches))
+        yield from _out(con, sql, arrow_schema)
+        con.close()
+    return run
+
+
+def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSettings):
+    """The counted records of one file (Arrow, `partial`'s rows summed over the tasks) and its lines."""
+    import pyarrow as pa
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    lines, total = _lines(spark, path)
+    if not total:
+        return None, 0
+    schema = spark.createDataFrame([], SCHEMA).schema
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    arrow_schema = to_arrow_schema(schema, prefers_large_types=large)
+    # The key groups of the first lines (a speed-up only: any groups give the same records).
+    groups = {}
+    if not settings.overrides:
+        con, _ = connect()
+        con.register("sample", lines.limit(SAMPLE_LINES).toArrow())
+        groups = sample_groups(con, "sample", prepared_lines)
+        con.close()
+    query = normalise_sql("lines", vocabulary, settings.overrides, groups)
+    chunk_lines = int(os.environ.get("STOPDOCTOR_SPARK_CHUNK_LINES", CHUNK_LINES))
+    parts = lines.mapInArrow(_normaliser(query, path, settings.examples, arrow_schema, chunk_lines), schema)
+    persisted = parts.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # An Anthropic event's stream is the last message_start's before it in the file, across
+        # the parts: resolved here, in line order, before the chunks meet by stream id.
+        ordered = Window.partitionBy("shape").orderBy("line_no").rowsBetween(Window.unboundedPreceding, 0)
+        parts = persisted.where("chunks <> 0").unionByName(persisted.where("chunks = 0").withColumn(
+            "stream_id", F.coalesce(F.col("stream_id"), F.last("stream_id", ignorenulls=True).over(ordered))))
+        # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's).
+        answers = parts.where("chunks <> 0 AND shape IS NOT NULL").select("ts").unionByName(
+            parts.where("chunks = 0").groupBy("shape", "stream_id", "choice").agg(F.min("ts").alias("ts")).select("ts"))
+        first, last = answers.agg(F.min("ts"), F.max("ts")).first()
+        bucket = None if first is None else timeline_bucket(first, last)
+        sql = bucketed_sql("parts", path, vocabulary, settings.examples, bucket,
+                           None if first is None else first.isoformat(sep=" "),
+                           None if last is None else last.isoformat(sep=" "))
+        # A stream's chunks meet in one task; every other row goes anywhere.
+        route = F.when(F.col("chunks") == 0, F.col("stream_id")).otherwise(F.monotonically_increasing_id().cast("string"))
+        grouped = parts.repartition(spark.sparkContext.defaultParallelism, route).mapInArrow(
+            _grouper(sql, arrow_schema), schema)
+        summed = grouped.groupBy(*RECORD_NAMES).agg(F.sum("weight").cast("long").alias("weight"))
+        table = summed.toArrow()
+    finally:
+        persisted.unpersist()
+    return pa.table(table), total
 
 
 def analyze_logs_spark(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                        settings: LogsSettings = LogsSettings()) -> LogsReport:
     """The report of `actions.logs.query.analyze_logs`, the lines read by Spark."""
-    if settings.overrides:
-        raise InputError("--engine spark does not read --field yet: use --engine duckdb")
+    if not paths:
+        raise InputError("no log file given", hint="stopdoctor logs --engine spark responses.jsonl [more …]")
+    for path in paths:
+        if not is_remote(path):
+            check_log_file(path)
     vocabulary = vocabulary or builtin_vocabulary()
     started = time.perf_counter()
     spark = session()
-    con = open_records()
+    con = open_counted_records()
     lines = 0
-    for path in paths:
-        _read(spark, path).createOrReplaceTempView("stopdoctor_lines")
-        rows = spark.sql(lines_query("stopdoctor_lines"))
-        refused = rows.where("kind IS NOT NULL AND (NOT kind IN ({}) OR multi_choice)".format(
-            ", ".join(sql_string(s) for s in SPARK_SHAPES))).groupBy("kind").count().collect()
-        if refused:
-            found = ", ".join(f"{r['kind']} {r['count']}" for r in sorted(refused, key=lambda r: r["kind"]))
-            raise InputError(f"{path}: --engine spark reads OpenAI chat/completions (one choice), Ollama, TGI and "
-                             f"llama.cpp lines; this file also has {found} (n > 1 included): use --engine duckdb")
-        answers = rows.selectExpr(
-            "line_no", "0 AS choice", "blank", "bad", "kind", "finish_raw", "CAST(NULL AS STRING) AS finish_hint",
-            "scalar_text AS text", "scalar_reasoning AS reasoning", "model", "max_tokens", "output_tokens",
-            "reasoning_tokens", "stop_reason", "CAST(NULL AS TIMESTAMP) AS ts", "false AS multi_choice",
-            "CAST(NULL AS STRING) AS stream_id")
-        con.register("spark_answers", answers.toArrow())
-        con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * FROM ({answers_sql('spark_answers', vocabulary)})")
-        con.unregister("spark_answers")
-        lines += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
+    try:
+        for path in paths:
+            table, count = _counted(spark, path, vocabulary, settings)
+            lines += count
+            if table is not None:
+                con.register("summed", table)
+                con.execute("INSERT INTO counted BY NAME SELECT * FROM summed")
+                con.unregister("summed")
+    except BaseException:
+        con.close()
+        raise
     return records_report(con, paths, vocabulary, settings, lines, started)

@@ -15,6 +15,9 @@ from stopdoctor.actions.logs.records import REASONING_SHARE
 from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 from stopdoctor.actions.logs.report import HISTOGRAM_BINS, PROBLEMS, Charts, Example, Problem, Timeline, TokenHistogram
 
+BAD_EXAMPLES = 5  # bad lines whose numbers the report shows
+FLAGGED_LIMIT = 10_000  # flagged (file, line) listed per problem of a lie
+
 # Which records each problem counts, as a condition on the records table.
 LIE_CONDITIONS = {
     "truncated-but-reported-finished": "truncated_finished",
@@ -54,7 +57,7 @@ def lie_problems(con, examples: int, responses: int,
         problems[key] = Problem(key, PROBLEMS[key], count, count / responses if responses else 0.0, shown,
                                 per_model(condition) if count else {})
         flagged[key] = tuple(con.execute(f"SELECT file, line_no FROM rec WHERE {condition} "
-                                         "ORDER BY file, line_no, choice LIMIT 10000").fetchall())
+                                         f"ORDER BY file, line_no, choice LIMIT {FLAGGED_LIMIT}").fetchall())
     return problems, flagged
 
 
@@ -81,12 +84,17 @@ def charts(con, histograms: int = 6) -> Charts:
     return Charts(tuple(shown), _timeline(con), without)
 
 
+def timeline_bucket(first, last) -> str:
+    """The timeline's bucket for answers from `first` to `last` (datetimes): at most 48 buckets."""
+    span = (last - first).total_seconds()
+    return next((name for name, seconds in _BUCKETS if span / seconds <= 48), _BUCKETS[-1][0])
+
+
 def _timeline(con) -> Timeline | None:
     first, last = con.execute("SELECT min(ts), max(ts) FROM rec WHERE shape IS NOT NULL").fetchone()
     if first is None:
         return None
-    span = (last - first).total_seconds()
-    bucket = next((name for name, seconds in _BUCKETS if span / seconds <= 48), _BUCKETS[-1][0])
+    bucket = timeline_bucket(first, last)
     rows = con.execute(f"SELECT time_bucket(INTERVAL '{bucket}', ts) AS b, finish, count(*) FROM rec "
                        "WHERE shape IS NOT NULL AND ts IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2").fetchall()
     grouped: dict[str, dict[str, int]] = {}
