@@ -78,9 +78,6 @@ def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding
 
 def with_weights(result: InspectResult) -> InspectResult:
     """`result` with its weight rows read and judged, and the weights findings added."""
-    if result.source.kind == "hub":
-        raise InputError(f"{result.source.spec}: --weights reads local weight files; hub ids are not supported yet",
-                         hint="download the model (hf download ORG/NAME) and pass its folder")
     report = analyze_weights(result.analysis)
     findings = sorted([*result.findings, *weights_findings(result.analysis, report)], key=lambda f: (-f.severity, f.code))
     return replace(result, findings=findings, weights=report)

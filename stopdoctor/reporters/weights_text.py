@@ -31,6 +31,8 @@ def weights_document(report: WeightsReport) -> dict[str, Any]:
         "embedding": matrix(rows.embedding),
         "output": matrix(rows.output),
         "seconds": round(rows.seconds, 4),
+        "http": None if rows.http is None else {"host": rows.http.host, "requests": rows.http.requests,
+                                                "bytes": rows.http.bytes, "file_bytes": rows.http.file_bytes},
         "targets": list(report.targets),
         "rows": [
             {"id": w.id, "text": w.text, "roles": list(w.roles), "untrained": w.untrained, "reasons": list(w.reasons),
@@ -53,6 +55,10 @@ def print_weights(out, report: WeightsReport, texts: dict[int, str | None] | Non
     output = "tied (lm_head is the embedding)" if rows.tied else f"{rows.output.tensor} ({rows.output.dtype})"
     out.print(f"  weights   {escape(rows.embedding.file)}: {escape(rows.embedding.tensor)} {shape}; output {escape(output)}  "
               f"[dim]({len(report.watched) + report.candidates} rows + baseline read in {rows.seconds:.2f} s)[/]")
+    if rows.http is not None:
+        http = rows.http
+        out.print(f"    [dim]read over HTTP from {escape(http.host)}: {http.bytes:,} of {http.file_bytes:,} bytes "
+                  f"in {http.requests} range requests[/]")
     base = report.baseline.get("embedding")
     if base is not None:
         out.print(f"    baseline  {base.rows} ordinary rows: norm median {base.median_norm:.3g} "
