@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-
 from stopdoctor.facts.card_sampling import card_sampling
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.sampling import KEYS, RuntimeSampling, effective_sampling
@@ -56,6 +54,8 @@ def _line(row: RuntimeSampling) -> str:
 def print_sampling(out, facts: ModelFacts) -> None:
     """Shown when the model declares sampling or its card recommends some: each runtime's values,
     marked * (and bold) where a model file set them (the rest are the runtime's defaults)."""
+    from rich.markup import escape  # the JSON document needs no rich
+
     card = card_sampling(facts)
     if not facts.sampling and not card:
         return

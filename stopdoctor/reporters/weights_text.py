@@ -6,11 +6,10 @@ Imports: analysis.weights (data classes only), reporters.console.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
-from stopdoctor.analysis.weights import RowStats, WeightsReport
+if TYPE_CHECKING:
+    from stopdoctor.analysis.weights import RowStats, WeightsReport
 
 
 def _stats(row: RowStats | None) -> dict[str, float] | None:
@@ -50,6 +49,8 @@ def weights_document(report: WeightsReport) -> dict[str, Any]:
 
 def print_weights(out, report: WeightsReport, texts: dict[int, str | None] | None = None) -> None:
     """The human section: the matrices, each watched row with its norm against the baseline."""
+    from rich.markup import escape  # the JSON document needs no rich
+
     rows = report.rows
     shape = f"{rows.embedding.rows}×{rows.embedding.columns} {rows.embedding.dtype}"
     output = "tied (lm_head is the embedding)" if rows.tied else f"{rows.output.tensor} ({rows.output.dtype})"
