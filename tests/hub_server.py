@@ -5,8 +5,10 @@ It serves model folders as repositories at one commit, through the few endpoints
 (`/api/models/ORG/NAME/revision/REV`, `/api/models/ORG/NAME/tree/REV`) and the files
 (`HEAD`/`GET /ORG/NAME/resolve/REV/FILE`, with single `Range: bytes=a-b` requests answered 206).
 It counts the body bytes it sends of each file, so a test can assert what travelled.
-`mode` misbehaves on purpose for weight files (`.safetensors`): "no-range" answers 200 with the
-whole file, "404" says not found, "truncated" sends half of each range and closes.
+`mode` changes how weight files (`.safetensors`) are served: "redirect" sends them, as the hub
+does, with a 302 to another path (`/cdn/…`, a CDN's signed URL on the real hub); on purpose
+misbehaving, "no-range" answers 200 with the whole file, "404" says not found, "truncated" sends
+half of each range and closes.
 """
 
 from __future__ import annotations
@@ -71,11 +73,22 @@ class FakeHub:
                 body = [{"type": "file", "oid": self.oid(repo, name), "size": (self.repos[repo] / name).stat().st_size,
                          "path": name} for name in self.files(repo)]
             return self.send(handler, 200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        if parts[0] == "cdn" and len(parts) >= 4:
+            repo, name = "/".join(parts[1:3]), "/".join(parts[3:])
+            if repo in self.repos and (self.repos[repo] / name).is_file():
+                with self._lock:
+                    self.requests["cdn/" + name] += 1
+                return self.send_file(handler, repo, name, self.repos[repo] / name, head)
+            return self.send(handler, 404, b"not found")
         if len(parts) >= 5 and parts[2] == "resolve":
             repo, name = "/".join(parts[:2]), "/".join(parts[4:])
             file = self.repos.get(repo, Path("/nonexistent")) / name
             if repo not in self.repos or not file.is_file() or (self.mode == "404" and name.endswith(".safetensors")):
                 return self.send(handler, 404, b"Entry not found", {"X-Error-Code": "EntryNotFound"})
+            if self.mode == "redirect" and name.endswith(".safetensors"):
+                with self._lock:
+                    self.requests["redirect/" + name] += 1
+                return self.send(handler, 302, b"", {"Location": f"{self.url}/cdn/{repo}/{name}"})
             return self.send_file(handler, repo, name, file, head)
         return self.send(handler, 404, b"not found")
 

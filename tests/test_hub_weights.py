@@ -84,6 +84,21 @@ def test_hub_weights_by_range_requests_match_the_local_folder(hub, tmp_path, rep
         assert document["weights"]["rows"] == cli("inspect", "--weights", "--json", str(single)).json()["weights"]["rows"]
 
 
+def test_hub_weights_follow_the_hubs_redirect(hub, tmp_path):
+    """The hub answers a weight file with a 302 to a CDN: the first range request follows it, the
+    rest go straight to where it led."""
+    hub.mode = "redirect"
+    hub.requests.clear()
+    try:
+        run = _inspect_over_http(hub, "test-org/smollm2-zeroed", tmp_path, "--json")
+    finally:
+        hub.mode = "ok"
+    assert run.returncode == 1, run.stderr
+    assert "SD801" in [f["code"] for f in json.loads(run.stdout)["findings"]]
+    assert hub.requests["redirect/model.safetensors"] == 1  # later requests go straight to the target
+    assert hub.requests["cdn/model.safetensors"] == json.loads(run.stdout)["weights"]["http"]["requests"] > 1
+
+
 def test_hub_weights_text_says_what_travelled(hub, tmp_path):
     run = _inspect_over_http(hub, "test-org/smollm2", tmp_path)
     assert run.returncode == 0, run.stderr
