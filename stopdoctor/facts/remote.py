@@ -158,7 +158,8 @@ def _http_error(name: str, host: str, error: urllib.error.HTTPError, first: int,
     if error.code == 416:
         return InputError(f"{name}: {host} says bytes {first}-{last} are past the end of the file (HTTP 416)")
     if error.code == 404:
-        return InputError(f"{name}: not found on {host} (HTTP 404)")
+        return InputError(f"{name}: not found on {host} (HTTP 404)",
+                          hint="a repository with only .bin or .gguf weights: download it and pass the folder or .gguf file")
     if error.code in (401, 403):
         return InputError(f"{name}: {host} refused access (HTTP {error.code}): a gated or private repository",
                           hint="log in with `hf auth login` and accept the model's terms on its hub page")
