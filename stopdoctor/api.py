@@ -18,22 +18,39 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stopdoctor.actions.labels.result import COLLATORS, LabelSettings  # noqa: F401  (public: labels settings)
-from stopdoctor.actions.logs.query import RUNNING_DONE as LOGS_READ_DONE  # noqa: F401  (progress: read, analysing)
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.analysis.weights import WeightsReport, analyze_weights
 from stopdoctor.rules.inputs import ComparisonInput, ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 from stopdoctor.rules.registry import Check
 from stopdoctor.rules.runner import REGISTRY, find, rules_for, run_rules
 from stopdoctor.template.limits import render_deadline
+
+if TYPE_CHECKING:
+    from stopdoctor.analysis.weights import WeightsReport
+
+# Public names that live in modules only some commands need (labels, logs): imported when first
+# asked for, so `inspect` does not pay for them (PEP 562).
+_LAZY = {
+    "COLLATORS": ("stopdoctor.actions.labels.result", "COLLATORS"),  # labels settings
+    "LabelSettings": ("stopdoctor.actions.labels.result", "LabelSettings"),
+    "LOGS_READ_DONE": ("stopdoctor.actions.logs.query", "RUNNING_DONE"),  # progress: read, analysing
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 def load(spec: str, revision: str | None = None) -> ModelFacts:
     """A model spec (folder, .gguf file, hub id) read into facts; nothing derived yet."""
@@ -78,9 +95,8 @@ def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding
 
 def with_weights(result: InspectResult) -> InspectResult:
     """`result` with its weight rows read and judged, and the weights findings added."""
-    if result.source.kind == "hub":
-        raise InputError(f"{result.source.spec}: --weights reads local weight files; hub ids are not supported yet",
-                         hint="download the model (hf download ORG/NAME) and pass its folder")
+    from stopdoctor.analysis.weights import analyze_weights  # numpy: only --weights reads rows
+
     report = analyze_weights(result.analysis)
     findings = sorted([*result.findings, *weights_findings(result.analysis, report)], key=lambda f: (-f.severity, f.code))
     return replace(result, findings=findings, weights=report)
@@ -175,6 +191,7 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
     """`check_labels` on a model already loaded."""
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
+    from stopdoctor.actions.labels.result import LabelSettings
 
     analysis = analyze(facts)
     total = count_examples(data, limit)

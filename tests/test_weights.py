@@ -186,3 +186,30 @@ def test_inspect_weights_stays_static(real_models):
 def test_a_folder_without_weights_says_so(synth_root):
     run = cli("inspect", "--weights", str(synth_root / "clean-chatml"))
     assert run.code == 2 and "no .safetensors weights" in run.stderr
+
+
+def _modules_after(*args: str) -> set[str]:
+    """The modules a cold `stopdoctor ARGS` imported (run in a fresh interpreter)."""
+    code = (
+        "import sys\n"
+        "from stopdoctor.cli import main\n"
+        f"sys.argv = ['stopdoctor', *{list(args)!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit_:\n"
+        "    assert exit_.code in (0, 1), exit_.code\n"
+        "sys.stdout = sys.__stderr__\n"
+        "print('\\n'.join(sorted(sys.modules)), file=sys.__stderr__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stderr.split())
+
+
+def test_inspect_imports_only_what_it_uses(synth_root, real_gguf_models):
+    """A cold `inspect` pays for no module it does not run: no numpy without --weights, no rich for
+    JSON, nothing of labels or logs (their analyses, duckdb), no torch or transformers."""
+    never = {"torch", "transformers", "duckdb", "rich", "stopdoctor.actions.logs.query", "stopdoctor.actions.labels.build"}
+    plain = _modules_after("inspect", "--json", str(synth_root / "clean-chatml"))
+    assert not plain & (never | {"numpy"})
+    weights = _modules_after("inspect", "--json", "--weights", str(real_gguf_models.gemma_gguf))
+    assert "numpy" in weights and not weights & never and "numpy.ma" not in weights

@@ -1,7 +1,7 @@
 """The one output helper of the command line: data to stdout (`emit`, `write_document`), talk to
 stderr (`say`), progress for anything slower than a second (`working`), colour and width.
 
-Imports: core, reporters.console.
+Imports: core, reporters (console; plain for stderr lines, without rich).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def say(message: str) -> None:
     from the progress timer and the command never interleave. Control characters (a template's
     escape sequences in an error) are shown as escapes, and a line is never longer than a screenful."""
     from stopdoctor.core.errors import shorten
-    from stopdoctor.reporters.console import printable
+    from stopdoctor.reporters.plain import printable
 
     if sys.stderr is None:  # started with stderr closed (`2>&-`): nowhere to talk
         return

@@ -1,17 +1,24 @@
 """Resolve a MODEL spec (local folder, hub id, .gguf file) into local files: a `ModelSource`.
 
-The only module that talks to the Hugging Face hub. It downloads config-, tokenizer- and
-template-sized files only, never weights, and honours HF_HUB_OFFLINE and the HF cache.
-Imports: model, errors (huggingface_hub lazily, for hub ids only).
+The only module that knows hub ids. It downloads config-, tokenizer- and template-sized files
+only, never weights, and honours HF_HUB_OFFLINE, HF_ENDPOINT and the HF cache. For `inspect
+--weights` on a hub id, `hub_weight_file` gives a weight file as a `ByteSource`: the HF cache's copy
+when it holds one, else a `RangeReader` (`stopdoctor.facts.remote`) that reads only the byte
+ranges asked for; `hub_small_file` fetches one config-sized file (a shard index) into the cache.
+Imports: core (errors, types), facts.remote (huggingface_hub lazily, for hub ids only).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stopdoctor.core.errors import InputError, shorten
 from stopdoctor.core.types import ModelSource
+
+if TYPE_CHECKING:
+    from stopdoctor.facts.remote import RangeReader
 
 # Files whose content describes stopping behaviour; all small except tokenizer.json.
 MODEL_FILES = (
@@ -131,3 +138,49 @@ def _offline() -> bool:
     import os
 
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+
+
+# --- weights of hub models (inspect --weights) ----------------------------------------------
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _hub_revision(source: ModelSource) -> str:
+    """The commit the config files came from (the cache's snapshot folder is named by it), so
+    the weights read are the same revision's."""
+    return source.root.name if _COMMIT.match(source.root.name) else (source.revision or "main")
+
+
+def hub_small_file(source: ModelSource, filename: str) -> Path | None:
+    """A config-sized file of a hub model (a shard index), from the HF cache or downloaded into
+    it; None when the repository has no such file (or, offline, the cache does not hold it)."""
+    local = source.root / filename
+    if local.is_file():
+        return local
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(source.spec, filename, revision=_hub_revision(source)))
+    except (EntryNotFoundError, LocalEntryNotFoundError):
+        return None  # not in the repository; offline, the weight file's own check says why
+    except OSError as exc:
+        raise InputError(f"{source.spec}: could not fetch {filename}: {shorten(str(exc), 200)}") from None
+
+
+def hub_weight_file(source: ModelSource, filename: str) -> Path | RangeReader:
+    """One weight file of a hub model: the cached copy's path when the HF cache holds it, else a
+    reader of byte ranges of the file at HF_ENDPOINT (never a download of the whole file)."""
+    cached = source.root / filename
+    if cached.is_file():
+        return cached
+    if _offline():
+        raise InputError(f"{source.spec}: {filename} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+                         hint="unset HF_HUB_OFFLINE: --weights then reads only the header and the rows it needs over HTTP")
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    from stopdoctor.facts.remote import RangeReader
+
+    url = hf_hub_url(source.spec, filename, revision=_hub_revision(source))
+    return RangeReader(url, f"{source.spec}/{filename}", build_hf_headers())

@@ -54,6 +54,8 @@ class ByteSource(Protocol):
 
     def read(self, offset: int, length: int) -> bytes: ...
 
+    # optional: `read_many(spans)`, the bytes of many (offset, length) at once (`RangeReader`)
+
 
 class LocalFile:
     """A regular local file, read with `pread` (no memory map: a few rows need a few reads)."""
@@ -203,12 +205,12 @@ def read_rows(source: ByteSource, tensor: SafetensorsTensor, ids: Iterable[int])
         raise InputError(f"{source.name}: rows of a {tensor.dtype} tensor ({tensor.name!r}) cannot be read")
     count, width = tensor.shape
     row_bytes = width * ITEM_SIZES[tensor.dtype]
-    rows: dict[int, np.ndarray] = {}
-    for token_id in sorted(set(ids)):
-        if not 0 <= token_id < count:
-            continue  # an id past the matrix is SD103's business, not a row to read
-        rows[token_id] = to_float32(source.read(tensor.start + token_id * row_bytes, row_bytes), tensor.dtype)
-    return rows
+    # an id past the matrix is SD103's business, not a row to read
+    wanted = [token_id for token_id in sorted(set(ids)) if 0 <= token_id < count]
+    spans = [(tensor.start + token_id * row_bytes, row_bytes) for token_id in wanted]
+    read_many = getattr(source, "read_many", None)  # a remote file reads them in a few parallel requests
+    chunks = read_many(spans) if read_many is not None else [source.read(*span) for span in spans]
+    return {token_id: to_float32(chunk, tensor.dtype) for token_id, chunk in zip(wanted, chunks)}
 
 
 def to_float32(data: bytes, dtype: str) -> np.ndarray:

@@ -2,11 +2,13 @@
 
 `find_matrices(source)` locates the input embedding and the output projection (`lm_head`) in a
 folder's safetensors files (one file or shards listed by `model.safetensors.index.json`) or in a
-GGUF file (`token_embd`, `output`); no output tensor means tied embeddings. `read_weight_rows`
-reads the rows of the ids asked for from both. Which ids to read is the analysis' choice
-(`stopdoctor.analysis.weights`).
+GGUF file (`token_embd`, `output`); no output tensor means tied embeddings. A hub id's files are
+the HF cache's copies, or HTTP range reads of the hub's (`stopdoctor.facts.resolve.hub_weight_file`):
+only the headers and the rows travel. `read_weight_rows` reads the rows of the ids asked for from
+both. Which ids to read is the analysis' choice (`stopdoctor.analysis.weights`).
 
-Imports: numpy, core, facts (safetensors, gguf, gguf_rows, model_facts for guarded JSON).
+Imports: numpy, core, facts (safetensors, gguf, gguf_rows, model_facts for guarded JSON, resolve
+for hub ids).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ModelSource
-from stopdoctor.facts.safetensors import LocalFile, SafetensorsTensor, read_header, read_rows
+from stopdoctor.facts.safetensors import ByteSource, LocalFile, SafetensorsTensor, read_header, read_rows
 
 INDEX_FILE = "model.safetensors.index.json"
 # Tensor names of the input embedding and the output projection across architectures, matched
@@ -45,6 +47,18 @@ class Matrix:
     columns: int
     path: Path = field(repr=False, compare=False, default=Path())
     entry: object = field(repr=False, compare=False, default=None)  # SafetensorsTensor | GGUFTensor
+    reader: object = field(repr=False, compare=False, default=None)  # a hub file's ByteSource (range reads)
+
+
+@dataclass(frozen=True)
+class HttpTransfer:
+    """What HTTP range reads of a hub model's weight files cost: `bytes` fetched out of the
+    `file_bytes` the files hold, in `requests` requests to `host`."""
+
+    host: str
+    requests: int
+    bytes: int
+    file_bytes: int
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class WeightRows:
     embedding_rows: dict[int, np.ndarray]
     output_rows: dict[int, np.ndarray]
     seconds: float = 0.0
+    http: HttpTransfer | None = None  # a hub id's weights read over HTTP: what travelled
 
     @property
     def tied(self) -> bool:
@@ -69,7 +84,7 @@ def find_matrices(source: ModelSource, gguf_header: object = None) -> tuple[str,
     `gguf_header`: the GGUF header already read (`ModelFacts.gguf`), so it is not parsed twice."""
     if source.kind == "gguf":
         return ("gguf", *_gguf_matrices(next(iter(source.files.values())), gguf_header))
-    return ("safetensors", *_safetensors_matrices(source.root))
+    return ("safetensors", *_safetensors_matrices(source))
 
 
 def read_weight_rows(source: ModelSource, ids: Iterable[int], gguf_header: object = None) -> WeightRows:
@@ -80,7 +95,19 @@ def read_weight_rows(source: ModelSource, ids: Iterable[int], gguf_header: objec
     read = _read_gguf if fmt == "gguf" else _read_safetensors
     embedding_rows = read(embedding, ids)
     output_rows = read(output, ids) if output is not None else {}
-    return WeightRows(fmt, embedding, output, embedding_rows, output_rows, time.perf_counter() - started)
+    return WeightRows(fmt, embedding, output, embedding_rows, output_rows, time.perf_counter() - started,
+                      _transfer(embedding, output))
+
+
+def _transfer(*matrices: Matrix | None) -> HttpTransfer | None:
+    readers = {id(m.reader): m.reader for m in matrices if m is not None and hasattr(m.reader, "bytes_read")}
+    if not readers:
+        return None
+    from urllib.parse import urlsplit
+
+    files = list(readers.values())
+    return HttpTransfer(urlsplit(files[0].url).netloc, sum(f.requests for f in files), sum(f.bytes_read for f in files),
+                        sum(f.size for f in files))
 
 
 # --- GGUF ------------------------------------------------------------------------------------
@@ -116,62 +143,93 @@ def _read_gguf(matrix: Matrix, ids: list[int]) -> dict[int, np.ndarray]:
 # --- safetensors -----------------------------------------------------------------------------
 
 
-def _safetensors_matrices(root: Path) -> tuple[Matrix, Matrix | None]:
-    files = _weight_files(root)
-    tensors: dict[str, tuple[Path, SafetensorsTensor]] = {}
-    for path in files:
-        with LocalFile(path) as handle:
+def _safetensors_matrices(source: ModelSource) -> tuple[Matrix, Matrix | None]:
+    tensors: dict[str, tuple[Path, SafetensorsTensor, ByteSource | None]] = {}
+    files = _weight_files(source)
+    for path, remote in files:
+        with (LocalFile(path) if remote is None else _Shared(remote)) as handle:
             for name, tensor in read_header(handle).tensors.items():
-                tensors[name] = (path, tensor)
-    embedding = _pick(tensors, EMBEDDING_NAMES, "embedding", root)
+                tensors[name] = (path, tensor, remote)
+    embedding = _pick(tensors, EMBEDDING_NAMES, "embedding")
     if embedding is None:
-        raise InputError(f"{root}: no input embedding tensor (…{', …'.join(EMBEDDING_NAMES[:2])}) in {', '.join(p.name for p in files)}")
-    output = _pick(tensors, OUTPUT_NAMES, "output", root)
+        raise InputError(f"{source.spec}: no input embedding tensor (…{', …'.join(EMBEDDING_NAMES[:2])}) in "
+                         f"{', '.join(path.name for path, _ in files)}")
+    output = _pick(tensors, OUTPUT_NAMES, "output")
     if output is not None and output.rows != embedding.rows:
         output = None  # not a projection onto the vocabulary (an attention block's "output.weight")
     return embedding, output
 
 
-def _weight_files(root: Path) -> list[Path]:
-    """The safetensors files holding the weights; only the shards an index names that hold the
-    matrices would be needed, but every header is small, so all headers are read."""
+def _weight_files(source: ModelSource) -> list[tuple[Path, ByteSource | None]]:
+    """(path, range reader or None for a local file) of the safetensors files holding the
+    matrices: the shards the index names for them, else every .safetensors file (a hub id not
+    sharded: model.safetensors)."""
+    root = source.root
+    if source.kind == "hub":
+        from stopdoctor.facts.resolve import hub_small_file, hub_weight_file
+
+        index = hub_small_file(source, INDEX_FILE)
+        names = _shards(index) if index is not None else ["model.safetensors"]
+        files = [(root / name, hub_weight_file(source, name)) for name in names]
+        return [(path, None if isinstance(got, Path) else got) for path, got in files]
     index = root / INDEX_FILE
     if index.is_file():
-        from stopdoctor.facts.model_facts import load_json
-
-        data = load_json(index, INDEX_FILE, MAX_INDEX_BYTES)
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise InputError(f"{index}: no weight_map of tensor name to file name")
-        wanted = {v for k, v in weight_map.items() if k.endswith(EMBEDDING_NAMES + OUTPUT_NAMES)}
-        shards = []
-        for name in sorted(wanted):
-            shard = (root / name).resolve()
-            if shard.parent != root.resolve() or not shard.is_file():
+        shards = _shards(index)
+        for name in shards:
+            if not (root / name).is_file():
                 raise InputError(f"{index}: names {name!r}, which is not a file in the model folder")
-            shards.append(shard)
         if shards:
-            return shards
+            return [(root / name, None) for name in shards]
     files = sorted(p for p in root.glob("*.safetensors") if p.is_file())
     if not files:
         hint = "only pickled .bin weights: convert them to safetensors" if any(root.glob("*.bin")) else \
             "inspect --weights reads the embedding rows from the model's .safetensors or .gguf file"
         raise InputError(f"{root}: no .safetensors weights", hint=hint)
-    return files
+    return [(path, None) for path in files]
 
 
-def _pick(tensors: dict[str, tuple[Path, SafetensorsTensor]], suffixes: tuple[str, ...], role: str,
-          root: Path) -> Matrix | None:
+def _shards(index: Path) -> list[str]:
+    """The shard names an index gives for the embedding and output tensors (every header is
+    small, but only these shards are opened); a name outside the model folder is refused."""
+    from stopdoctor.facts.model_facts import load_json
+
+    data = load_json(index, INDEX_FILE, MAX_INDEX_BYTES)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputError(f"{index}: no weight_map of tensor name to file name")
+    names = sorted({v for k, v in weight_map.items() if k.endswith(EMBEDDING_NAMES + OUTPUT_NAMES)})
+    for name in names:
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise InputError(f"{index}: names {name[:80]!r}, which is not a file in the model folder")
+    return names
+
+
+class _Shared:
+    """A range reader used again and again: `with` leaves it open (it holds no file)."""
+
+    def __init__(self, reader: ByteSource) -> None:
+        self.reader = reader
+
+    def __enter__(self) -> ByteSource:
+        return self.reader
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+
+def _pick(tensors: dict[str, tuple[Path, SafetensorsTensor, ByteSource | None]], suffixes: tuple[str, ...], role: str) -> Matrix | None:
     for suffix in suffixes:
         # the shortest name with the suffix: the text model's, not a vision tower's
         names = sorted((n for n in tensors if n == suffix or n.endswith("." + suffix)), key=len)
         for name in names:
-            path, tensor = tensors[name]
+            path, tensor, reader = tensors[name]
             if len(tensor.shape) == 2:
-                return Matrix(role, path.name, name, tensor.dtype, tensor.shape[0], tensor.shape[1], path, tensor)
+                return Matrix(role, path.name, name, tensor.dtype, tensor.shape[0], tensor.shape[1], path, tensor, reader)
     return None
 
 
 def _read_safetensors(matrix: Matrix, ids: list[int]) -> dict[int, np.ndarray]:
+    if matrix.reader is not None:
+        return read_rows(matrix.reader, matrix.entry, ids)
     with LocalFile(matrix.path) as handle:
         return read_rows(handle, matrix.entry, ids)

@@ -10,25 +10,12 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Iterable
 
 from rich.console import Console
 from rich.segment import Segment
 
-# C0 controls but newline and tab, DEL, C1 controls (0x9b is a one-byte CSI on some terminals),
-# and the bidirectional overrides and isolates that reorder what a reader sees.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """`text` with every control character shown as an escape (`\\x1b`); newline and tab kept."""
-    return _UNPRINTABLE.sub(_escaped, text)
+from stopdoctor.reporters.plain import printable
 
 
 class _SafeConsole(Console):

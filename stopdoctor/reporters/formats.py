@@ -28,7 +28,7 @@ class Options:
 
 
 def _human(report: Report, options: Options) -> str:
-    from stopdoctor.reporters.console import printable
+    from stopdoctor.reporters.plain import printable
     from stopdoctor.reporters.human import render_inspect_human
 
     subject = report.subjects[0]

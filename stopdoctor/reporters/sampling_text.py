@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-
 from stopdoctor.facts.card_sampling import card_sampling
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.sampling import KEYS, RuntimeSampling, effective_sampling
@@ -72,6 +70,8 @@ def print_sampling(out, facts: ModelFacts, serving: tuple = ()) -> None:
     """Shown when the model declares sampling, its card recommends some or a serving file sets
     some: each runtime's values, marked * (and bold) where a file set them (the rest are the
     runtime's defaults); then, per Modelfile or request body checked with it, the rows it changes."""
+    from rich.markup import escape  # the JSON document needs no rich
+
     card = card_sampling(facts)
     setting = [s for s in serving if s.kind in ("ollama", "request") and _sets_sampling(facts, s)]
     if not facts.sampling and not card and not setting:

@@ -6,11 +6,10 @@ Imports: analysis.weights (data classes only), reporters.console.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
-from stopdoctor.analysis.weights import RowStats, WeightsReport
+if TYPE_CHECKING:
+    from stopdoctor.analysis.weights import RowStats, WeightsReport
 
 
 def _stats(row: RowStats | None) -> dict[str, float] | None:
@@ -31,6 +30,8 @@ def weights_document(report: WeightsReport) -> dict[str, Any]:
         "embedding": matrix(rows.embedding),
         "output": matrix(rows.output),
         "seconds": round(rows.seconds, 4),
+        "http": None if rows.http is None else {"host": rows.http.host, "requests": rows.http.requests,
+                                                "bytes": rows.http.bytes, "file_bytes": rows.http.file_bytes},
         "targets": list(report.targets),
         "rows": [
             {"id": w.id, "text": w.text, "roles": list(w.roles), "untrained": w.untrained, "reasons": list(w.reasons),
@@ -48,11 +49,17 @@ def weights_document(report: WeightsReport) -> dict[str, Any]:
 
 def print_weights(out, report: WeightsReport, texts: dict[int, str | None] | None = None) -> None:
     """The human section: the matrices, each watched row with its norm against the baseline."""
+    from rich.markup import escape  # the JSON document needs no rich
+
     rows = report.rows
     shape = f"{rows.embedding.rows}×{rows.embedding.columns} {rows.embedding.dtype}"
     output = "tied (lm_head is the embedding)" if rows.tied else f"{rows.output.tensor} ({rows.output.dtype})"
     out.print(f"  weights   {escape(rows.embedding.file)}: {escape(rows.embedding.tensor)} {shape}; output {escape(output)}  "
               f"[dim]({len(report.watched) + report.candidates} rows + baseline read in {rows.seconds:.2f} s)[/]")
+    if rows.http is not None:
+        http = rows.http
+        out.print(f"    [dim]read over HTTP from {escape(http.host)}: {http.bytes:,} of {http.file_bytes:,} bytes "
+                  f"in {http.requests} range requests[/]")
     base = report.baseline.get("embedding")
     if base is not None:
         out.print(f"    baseline  {base.rows} ordinary rows: norm median {base.median_norm:.3g} "

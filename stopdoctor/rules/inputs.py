@@ -7,13 +7,16 @@ Plain frozen dataclasses; imports analysis and the action results they wrap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from stopdoctor.actions.labels.result import LabelsResult
-from stopdoctor.actions.logs.query import LogsReport
 from stopdoctor.analysis.core import Analysis
-from stopdoctor.analysis.weights import WeightsReport
 from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
+
+if TYPE_CHECKING:  # the commands that build these import them; `inspect` need not (numpy, duckdb's helpers)
+    from stopdoctor.actions.labels.result import LabelsResult
+    from stopdoctor.actions.logs.query import LogsReport
+    from stopdoctor.analysis.weights import WeightsReport
 
 # A model's files and what was derived from them: the rules of SD1xx-SD3xx take the `Analysis`
 # itself, so `ModelInput` is simply that type.
