@@ -32,6 +32,7 @@ class FakeHub:
         self.mode = "ok"
         self.sent: Counter[str] = Counter()  # body bytes sent, by file name
         self.requests: Counter[str] = Counter()
+        self.cdn_authorization: list[str] = []  # Authorization headers the stand-in CDN was sent (must stay empty)
         self._lock = threading.Lock()
         hub = self
 
@@ -78,6 +79,8 @@ class FakeHub:
             if repo in self.repos and (self.repos[repo] / name).is_file():
                 with self._lock:
                     self.requests["cdn/" + name] += 1
+                    if handler.headers.get("Authorization"):
+                        self.cdn_authorization.append(handler.headers["Authorization"])
                 return self.send_file(handler, repo, name, self.repos[repo] / name, head)
             return self.send(handler, 404, b"not found")
         if len(parts) >= 5 and parts[2] == "resolve":
@@ -88,7 +91,9 @@ class FakeHub:
             if self.mode == "redirect" and name.endswith(".safetensors"):
                 with self._lock:
                     self.requests["redirect/" + name] += 1
-                return self.send(handler, 302, b"", {"Location": f"{self.url}/cdn/{repo}/{name}"})
+                # another host name for the same server, as a CDN is another host than the hub
+                cdn = self.url.replace("127.0.0.1", "localhost")
+                return self.send(handler, 302, b"", {"Location": f"{cdn}/cdn/{repo}/{name}"})
             return self.send_file(handler, repo, name, file, head)
         return self.send(handler, 404, b"not found")
 

@@ -38,12 +38,12 @@ def hub(real_models, broken_weights, tmp_path_factory):
     server.close()
 
 
-def _inspect_over_http(hub: FakeHub, repo: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+def _inspect_over_http(hub: FakeHub, repo: str, tmp_path: Path, *extra: str, **env_extra: str) -> subprocess.CompletedProcess:
     """`stopdoctor inspect --weights` on a hub id, in a fresh process (huggingface_hub reads
     HF_ENDPOINT when imported), with an empty HF cache."""
     env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"),
                HF_HUB_CACHE=str(tmp_path / "hf" / "hub"), HF_HUB_DISABLE_PROGRESS_BARS="1",
-               PYTHONPATH=str(ROOT), NO_COLOR="1")
+               PYTHONPATH=str(ROOT), NO_COLOR="1", **env_extra)
     return subprocess.run([sys.executable, "-m", "stopdoctor", "inspect", "--weights", *extra, repo], env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -89,10 +89,12 @@ def test_hub_weights_follow_the_hubs_redirect(hub, tmp_path):
     rest go straight to where it led."""
     hub.mode = "redirect"
     hub.requests.clear()
+    hub.cdn_authorization.clear()
     try:
-        run = _inspect_over_http(hub, "test-org/smollm2-zeroed", tmp_path, "--json")
+        run = _inspect_over_http(hub, "test-org/smollm2-zeroed", tmp_path, "--json", HF_TOKEN="hf_not_for_the_cdn")
     finally:
         hub.mode = "ok"
+    assert hub.cdn_authorization == []  # the token never travels to the redirect's host
     assert run.returncode == 1, run.stderr
     assert "SD801" in [f["code"] for f in json.loads(run.stdout)["findings"]]
     assert hub.requests["redirect/model.safetensors"] == 1  # later requests go straight to the target

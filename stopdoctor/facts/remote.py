@@ -41,6 +41,7 @@ class RangeReader:
         self.url = url
         self.name = name
         self.headers = dict(headers or {})
+        self._token_host = urlsplit(url).netloc  # the token goes to this host only, never to a redirect's target
         self.bytes_read = 0
         self.requests = 0
         self._lock = threading.Lock()
@@ -112,7 +113,10 @@ class RangeReader:
         request = urllib.request.Request(self.url, headers={"Range": f"bytes={first_byte}-{last_byte}"})
         for key, value in self.headers.items():
             if key.lower() == "authorization":
-                request.add_unredirected_header(key, value)  # not to a CDN's host after a redirect
+                # Never to a CDN's host: not on the redirect (unredirected), nor on the later ranges
+                # that go straight to the redirect's target (a presigned URL also refuses it).
+                if host == self._token_host:
+                    request.add_unredirected_header(key, value)
             else:
                 request.add_header(key, value)
         try:
@@ -139,7 +143,7 @@ class RangeReader:
         except InputError:
             raise
         except urllib.error.HTTPError as error:
-            raise _http_error(self.name, host, error, first_byte, last_byte) from None
+            raise _http_error(self.name, host, error, first_byte, last_byte, signed=host != self._token_host) from None
         except urllib.error.URLError as error:
             raise InputError(f"{self.name}: cannot reach {host}: {error.reason}",
                              hint="check the network, or HF_ENDPOINT; HF_HUB_OFFLINE=1 reads only the local HF cache") from None
@@ -154,12 +158,15 @@ class RangeReader:
         return data, total
 
 
-def _http_error(name: str, host: str, error: urllib.error.HTTPError, first: int, last: int) -> InputError:
+def _http_error(name: str, host: str, error: urllib.error.HTTPError, first: int, last: int, signed: bool = False) -> InputError:
     if error.code == 416:
         return InputError(f"{name}: {host} says bytes {first}-{last} are past the end of the file (HTTP 416)")
     if error.code == 404:
         return InputError(f"{name}: not found on {host} (HTTP 404)",
                           hint="a repository with only .bin or .gguf weights: download it and pass the folder or .gguf file")
+    if error.code in (401, 403) and signed:  # the redirect's signed link, not the hub, refused
+        return InputError(f"{name}: {host} refused the signed download link the hub redirected to (HTTP {error.code}): "
+                          "it may have expired during the read", hint="run the command again")
     if error.code in (401, 403):
         return InputError(f"{name}: {host} refused access (HTTP {error.code}): a gated or private repository",
                           hint="log in with `hf auth login` and accept the model's terms on its hub page")
