@@ -226,6 +226,8 @@ def test_a_template_that_needs_a_functions_message_is_read_statically(tmp_path):
     assert "functions" in result.analysis.turns.static
     assert "not rendered" in result.analysis.end_of_turn[0].evidence
     assert not [f for f in result.findings if f.code == "SD202"]
+    # said, as info: the template raises on purpose for a plain conversation
+    assert [(f.code, f.severity.label) for f in result.findings if f.code == "SD207"] == [("SD207", "info")]
 
 
 def test_inspect_says_the_answer_is_static(tmp_path):

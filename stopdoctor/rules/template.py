@@ -182,6 +182,40 @@ def template_ignores_generation_prompt(analysis: Analysis, self: Check):
                 "wrap the assistant header in {% if add_generation_prompt %} … {% endif %}", template.location, header=opened)
 
 
+@check("SD207", "template-renders-no-conversation", Severity.WARNING)
+def template_renders_no_conversation(analysis: Analysis, self: Check):
+    """The chat template renders no plain user/assistant conversation; its end of turn was read from its source.
+
+    What it checks:
+    Every sentinel conversation (content as text or parts, no tools, an empty list, a sample
+    tool) failed to render, so the end of turn was read from the template's syntax tree
+    (`inspect` JSON `turn_static`): a filter or variable Jinja lacks, a value every conversation
+    leaves undefined, or the template's own raise_exception for a plain conversation.
+
+    Why it matters:
+    transformers' `apply_chat_template`, vLLM and TGI render templates with Jinja too: a filter
+    Jinja lacks or an undefined value fails for every chat request. A template that raises on
+    purpose (firefunction-v1 wants a `functions` message after the system one) only needs callers
+    to send that message (info). Either way the end of turn was not seen rendered, only read.
+
+    Example:
+    `{{ message['content'] | regex_replace('\\s+$', '') }}`: Jinja has no `regex_replace`.
+
+    Fix:
+    Use standard Jinja filters and guard optional values (`{% if x is defined %}`); for a template
+    that needs a special message, document it for every caller.
+    """
+    template, turns = analysis.facts.template, analysis.turns
+    if template is None or turns is None or turns.static is None:
+        return
+    on_purpose = turns.static.startswith("chat template raised")
+    yield self.finding(
+        f"no plain conversation renders ({turns.static}); the end of turn was read from the template's source",
+        "send the messages the template asks for (it raises on purpose)" if on_purpose else
+        "use standard Jinja filters and guard optional values, so transformers and servers can render it",
+        template.location, severity=Severity.INFO if on_purpose else None, reason=turns.static)
+
+
 @check("SD206", "templates-differ", Severity.INFO)
 def templates_differ(analysis: Analysis, self: Check):
     """The model stores its default template in more than one place, with different text.
