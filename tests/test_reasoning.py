@@ -154,10 +154,15 @@ def test_sd450_llamacpp_reasoning_off_and_budget(tmp_path):
     hybrid = inspect_model(str(build_reasoning("hybrid", tmp_path / "m"))).analysis
     chat = inspect_model(str(build_family("chatml", tmp_path / "c"))).analysis
     off = "llama-server -m m.gguf --jinja --reasoning off\n"
-    # no enable_thinking switch in the prefilled template: --reasoning off turns nothing off
-    bad = serving_findings(prefilled, _serving(tmp_path, "off.sh", off))
-    assert [f.code for f in bad] == ["SD450"] and "no switch" in bad[0].message and bad[0].location.key == "--reasoning"
+    # a template whose switch is `thinking`, not enable_thinking: --reasoning off turns nothing off
+    other_switch = inspect_model(str(build_reasoning("hybrid", tmp_path / "t", chat_template=HYBRID.replace(
+        "enable_thinking", "thinking")))).analysis
+    bad = serving_findings(other_switch, _serving(tmp_path, "off.sh", off))
+    assert [f.code for f in bad] == ["SD450"] and "thinking=false" in bad[0].message and bad[0].location.key == "--reasoning"
     assert not serving_findings(hybrid, _serving(tmp_path, "off2.sh", off))  # enable_thinking=false does turn it off
+    # a prompt that opens the thought: llama.cpp closes it itself when enable_thinking is false
+    # (common/chat.cpp appends the close marker to a prompt ending with the open one)
+    assert not serving_findings(prefilled, _serving(tmp_path, "off3.sh", off))
     budget = "llama-server -m m.gguf --no-jinja --reasoning-budget 512\n"
     ignored = serving_findings(hybrid, _serving(tmp_path, "b.sh", budget))
     assert [f.code for f in ignored] == ["SD450"] and "--no-jinja" in ignored[0].message
@@ -206,6 +211,15 @@ def test_sd453_presence_penalty_and_greedy_against_the_card(tmp_path):
     chat = build_family("chatml", tmp_path / "c")
     (chat / "README.md").write_text("Use presence_penalty=1.5.\n")
     assert not serving_findings(inspect_model(str(chat)).analysis, _serving(tmp_path, "c.json", '{"model": "m"}'))
+    # a card that gives a value per mode: a served value it names for some mode follows the card
+    modes = build_reasoning("hybrid", tmp_path / "modes")
+    (modes / "README.md").write_text("# Model\n\nThinking mode: presence_penalty=1.5, Temperature=0.6.\n\n"
+                                     "For coding tasks use presence_penalty=0.0 and temperature=0.\n")
+    by_mode = inspect_model(str(modes)).analysis
+    assert not serving_findings(by_mode, _serving(tmp_path, "m.json", '{"model": "m", "max_tokens": 32768, "temperature": 0}'))
+    # a Modelfile's value is a default a request may override, and the message says so
+    served = serving_findings(analysis, _serving(tmp_path, "Modelfile2", "FROM m.gguf\n"))
+    assert "a request that sets its own overrides it" in served[0].message
 
 
 # --- probe-stop inside the thought -----------------------------------------------------------

@@ -26,14 +26,32 @@ _VALUE = r"[`*\"']?\s*(?:=|:|\bof\b|\bto\b|\bat\b)\s*[`*\"']?\s*(-?\d+(?:\.\d+)?
 _PATTERNS = {key: re.compile(rf"(?<![A-Za-z_])(?:{names})(?![A-Za-z_]){_VALUE}", re.IGNORECASE) for key, names in _NAMES.items()}
 
 
-def card_sampling(facts: ModelFacts) -> dict[str, Sourced[float]]:
-    """Key → the value the card recommends, with README.md and its line; {} without a card."""
+def _card_text(facts: ModelFacts) -> str | None:
     path = facts.source.files.get("README.md")
     if path is None:
-        return {}
+        return None
     try:
-        text = load_text(path, "README.md")[:MAX_CARD_CHARS]
+        return load_text(path, "README.md")[:MAX_CARD_CHARS]
     except StopdoctorError:
+        return None
+
+
+def card_values(facts: ModelFacts) -> dict[str, set[float]]:
+    """Key → every value the card mentions for it (a card may give one per mode: presence penalty
+    1.5 for thinking, 0 for coding); a served value among them follows the card."""
+    text = _card_text(facts)
+    out: dict[str, set[float]] = {}
+    for line in (text or "").splitlines():
+        for key, pattern in _PATTERNS.items():
+            for match in pattern.finditer(line):
+                out.setdefault(key, set()).add(float(match[1]))
+    return out
+
+
+def card_sampling(facts: ModelFacts) -> dict[str, Sourced[float]]:
+    """Key → the value the card recommends (its first mention), with README.md and its line; {} without a card."""
+    text = _card_text(facts)
+    if text is None:
         return {}
     out: dict[str, Sourced[float]] = {}
     for number, line in enumerate(text.splitlines(), 1):

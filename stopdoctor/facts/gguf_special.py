@@ -40,6 +40,10 @@ FIM_TEXTS = {
     "fim_sep": ("<|file_sep|>",),
 }
 FIM_EOG_ROLES = ("fim_pad", "fim_rep", "fim_sep")
+# Harmony's markers, which llama.cpp always makes user-defined, whatever the file types them
+# (llama-vocab.cpp: "quick hack for gpt-oss, always render these tokens"): matched whole in text,
+# and shown in output.
+USER_DEFINED_TEXTS = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 CONTROL = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
 
 

@@ -20,10 +20,10 @@ from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFHeader, Keys, LazyStrings
 from stopdoctor.facts.gguf_pretokenizer import apply as apply_pre_tokenizer
 from stopdoctor.facts.gguf_pretokenizer import llama_cpp_pre_tokenizer
-from stopdoctor.facts.gguf_special import retyped_to_control
+from stopdoctor.facts.gguf_special import USER_DEFINED_TEXTS, retyped_to_control
 
 # Bump when the tokenizer built from a header changes: the converted tokenizer is cached by file.
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 
 if TYPE_CHECKING:
     import tokenizers
@@ -100,6 +100,11 @@ def _control_by_text(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:
     retyped = retyped_to_control(tokens, types, lambda role: f"tokenizer.ggml.{role}_token_id" in header.metadata)
     if retyped:
         backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in retyped])
+    # Harmony's markers: user-defined in llama.cpp whatever the file says, matched whole, shown in output
+    present = set(tokens)
+    harmony = [text for text in USER_DEFINED_TEXTS if text in present]
+    if harmony:
+        backend.add_tokens([AddedToken(text, special=False, normalized=False) for text in harmony])
 
 
 def _set_bos_eos(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:

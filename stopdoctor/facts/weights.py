@@ -170,6 +170,9 @@ def _weight_files(source: ModelSource) -> list[tuple[Path, ByteSource | None]]:
 
         index = hub_small_file(source, INDEX_FILE)
         names = _shards(index) if index is not None else ["model.safetensors"]
+        if not names:
+            raise InputError(f"{source.spec}: {INDEX_FILE} names no shard holding the embedding or output matrix",
+                             hint="download the model and pass its folder")
         files = [(root / name, hub_weight_file(source, name)) for name in names]
         return [(path, None if isinstance(got, Path) else got) for path, got in files]
     index = root / INDEX_FILE

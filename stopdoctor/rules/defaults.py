@@ -56,9 +56,9 @@ def ollama_context_truncates(subject: ServingInput, self: Check):
     Ollama 0.33 gives a model on a machine under 23 GiB of VRAM.
 
     Why it matters:
-    The budget is never reached: generation stops where the context is full, a long prompt is cut
-    from the middle without a word (context shift, ollama #11172), and a thinking model ends inside
-    its thought. Only `OLLAMA_CONTEXT_LENGTH` on the server, a request's `options.num_ctx` or
+    The budget does not fit: once the context is full Ollama shifts it, dropping the earliest tokens
+    (the system prompt and the question) to go on generating, a long prompt is cut from the middle
+    without a word (context shift, ollama #11172), and a thinking model loses its question mid-thought. Only `OLLAMA_CONTEXT_LENGTH` on the server, a request's `options.num_ctx` or
     more VRAM (32,768 at 23 GiB, 262,144 at 47 GiB) changes it.
 
     Example:
@@ -91,6 +91,7 @@ def ollama_context_truncates(subject: ServingInput, self: Check):
     size = 1 << (need + 2048 - 1).bit_length()
     yield self.finding(
         f"this Modelfile sets no num_ctx, so Ollama {small.version} picks the context by VRAM: {tiers}; {what} cannot fit "
-        f"in {small.value:,}: generation stops where the context is full and long prompts are cut from the middle",
+        f"in {small.value:,}: once the context is full Ollama drops the earliest tokens (the prompt's start) to go on, "
+        f"and a long prompt is cut from the middle",
         f"add `PARAMETER num_ctx {size}` (the output budget plus the longest prompt)", serving.location(key),
         need=need, default_context=small.value)

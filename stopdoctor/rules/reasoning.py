@@ -26,7 +26,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
-from stopdoctor.facts.card_sampling import card_sampling
+from stopdoctor.facts.card_sampling import card_sampling, card_values
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
@@ -191,7 +191,10 @@ def _llamacpp_reasoning(serving, reasoning, self: Check):
     if switch is not None and str(switch.value).strip().lower() in ("off", "false", "0", "no") \
             and reasoning.is_reasoning and reasoning.default_on is not False:
         off = dict(reasoning.disable_with.extra) if reasoning.disable_with is not None else {}
-        if off.get("enable_thinking") is not False:
+        # llama.cpp closes a thought the prompt opens itself when enable_thinking is false (its chat
+        # parsers append the close marker to a prompt ending with the open one): only a template
+        # that neither opens the thought nor has that switch keeps thinking.
+        if off.get("enable_thinking") is not False and not reasoning.prefilled:
             how = f"its switch is {reasoning.can_disable}" if reasoning.can_disable else "it has no switch to turn thinking off"
             yield self.finding(f"{switch.key} off only passes enable_thinking=false to the chat template; {how}, so the "
                                f"model still writes its {reasoning.open or 'thought'}…{reasoning.close}",
@@ -342,21 +345,24 @@ def reasoning_sampling_against_card(subject: ServingInput, self: Check):
     if keys is None or not reasoning.is_reasoning or reasoning.default_on is False:
         return
     card = card_sampling(analysis.facts)
+    mentioned = card_values(analysis.facts)  # a value the card gives for some mode follows the card
+    # a server's command line or Modelfile sets a default each request may override
+    default_only = "" if serving.kind == "request" else " (a default: a request that sets its own overrides it)"
     wanted = card.get("presence_penalty")
     if wanted is not None and isinstance(wanted.value, (int, float)) and wanted.value > 0:
         value, setting = _served_number(serving, keys["presence_penalty"])
-        if value is None or value <= 0:
+        if (value is None or value <= 0) and (value if value is not None else 0.0) not in mentioned.get("presence_penalty", set()):
             said = f"sets presence penalty {value:g}" if value is not None else "sets no presence penalty (every runtime's default is 0)"
             yield self.finding(f"the model card asks for presence_penalty {wanted.value:g} (README.md:{wanted.location.line}); "
-                               f"this {serving.kind} {said}: a thinking model repeats itself until the budget runs out",
+                               f"this {serving.kind} {said}{default_only}: a thinking model repeats itself until the budget runs out",
                                f"set presence_penalty {wanted.value:g} as the card says ({keys['presence_penalty'][0]})",
                                serving.location(setting.key if setting is not None else None),
                                recommended=wanted.value)
     temperature = card.get("temperature")
     if temperature is not None and isinstance(temperature.value, (int, float)) and temperature.value > 0:
         value, setting = _served_number(serving, keys["temperature"])
-        if value is not None and value <= 0:
-            yield self.finding(f"temperature {value:g} (greedy) on a thinking model whose card recommends "
+        if value is not None and value <= 0 and value not in mentioned.get("temperature", set()):
+            yield self.finding(f"temperature {value:g} (greedy){default_only} on a thinking model whose card recommends "
                                f"{temperature.value:g} (README.md:{temperature.location.line}): greedy thinking loops",
                                f"set temperature {temperature.value:g} as the card says", serving.location(setting.key),
                                recommended=temperature.value)

@@ -20,6 +20,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, split_text, unreachable
+from stopdoctor.facts.gguf_special import USER_DEFINED_TEXTS
 from stopdoctor.rules.registry import Check, check
 from stopdoctor.runtimes.stops import llama_cpp_control_by_text
 
@@ -220,8 +221,8 @@ def special_token_not_single(analysis: Analysis, self: Check):
     file = next(iter(analysis.facts.source.files))
     for text in dict.fromkeys(m for piece in written for m in MARKER.findall(piece)):
         token_id = vocab.id_of(text)
-        if token_id is None or not 0 <= token_id < len(types) or token_id in retyped:
-            continue
+        if token_id is None or not 0 <= token_id < len(types) or token_id in retyped or text in USER_DEFINED_TEXTS:
+            continue  # llama.cpp retypes it (control, or Harmony's user-defined markers) and matches it whole
         if int(types[token_id]) != TOKEN_NORMAL:
             continue
         pieces = split_text(text, pre)
