@@ -158,3 +158,18 @@ def test_a_vocabulary_under_its_own_pre_tokenizer_loses_no_token(realworld, repo
     assert len(texts) > 2000
     assert unreachable(texts, llama_cpp_pre_tokenizer(pre)) == []
     assert unreachable(texts, llama_cpp_pre_tokenizer("qwen2"), limit=10)  # and a wrong split does cut some
+
+
+def test_a_fill_in_the_middle_role_named_by_its_gguf_key_is_not_found_by_text(real_gguf_models, tmp_path):
+    """llama.cpp finds a fill-in-the-middle token by its text (and makes it control) only when no
+    `tokenizer.ggml.fim_*_token_id` key names one: SmolLM2's <reponame> is fim_rep by text; with a
+    fim_rep key it is not, in the stop set's view as in the tokenizer's."""
+    from stopdoctor.facts.model_facts import load_model
+    from stopdoctor.runtimes.stops import llama_cpp_control_by_text
+
+    plain = load_model(str(real_gguf_models.smollm2_gguf))
+    reponame = plain.vocab.id_of("<reponame>")
+    assert reponame in llama_cpp_control_by_text(plain)
+    path = rename_key(real_gguf_models.smollm2_gguf, tmp_path / "fim.gguf", b"tokenizer.ggml.padding_token_id",
+                      b"tokenizer.ggml.fim_rep_token_id")
+    assert reponame not in llama_cpp_control_by_text(load_model(str(path)))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stopdoctor.facts.gguf_special import EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_EOG_ROLES, FIM_TEXTS, control_by_text
-from stopdoctor.facts.model_facts import DeclaredId, ModelFacts
+from stopdoctor.facts.model_facts import ROLES, DeclaredId, ModelFacts
 from stopdoctor.core.types import Location
 
 RUNTIMES = ("transformers", "vllm", "tgi", "llama.cpp")
@@ -55,7 +55,11 @@ def llama_cpp_control_by_text(facts: ModelFacts) -> set[int]:
     vocab = facts.vocab
     texts = EOG_TEXTS + EOT_TEXTS + EOM_TEXTS + tuple(t for group in FIM_TEXTS.values() for t in group)
     index = {t: i for t in dict.fromkeys(texts) if (i := vocab.id_of(t)) is not None}
-    return control_by_text(index, lambda role: bool(facts.declared_for(role)))
+    gguf = facts.gguf
+    # a role is named when the model declares it, or (fill-in-the-middle, which ModelFacts has no
+    # role for) when the GGUF has its key, as gguf_tokenizer decides
+    return control_by_text(index, lambda role: bool(facts.declared_for(role)) if role in ROLES
+                           else gguf is not None and f"tokenizer.ggml.{role}_token_id" in gguf.metadata)
 
 
 # llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
