@@ -118,12 +118,19 @@ def _int(expr: str) -> str:
     return f"try_cast(try_cast({expr} AS DOUBLE) AS BIGINT)"
 
 
+# A logged time outside these years is a placeholder or a unit mistake, not when an answer was
+# made: it counts as no time (and stays inside the dates Python and Spark can hold).
+TIMES_FROM, TIMES_UNTIL = "1990-01-01", "2200-01-01"
+
+
 def _timestamp(expr: str) -> str:
-    """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP."""
+    """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP;
+    NULL outside `TIMES_FROM`..`TIMES_UNTIL`."""
     d = f"try_cast({expr} AS DOUBLE)"
-    return (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
-            f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
-            f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' END")
+    parsed = (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
+              f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
+              f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try(try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
+    return (f"list_filter([{parsed}], lambda t: t >= TIMESTAMP '{TIMES_FROM}' AND t < TIMESTAMP '{TIMES_UNTIL}')[1]")
 
 
 def normalised_finish_sql(raw: str) -> str:
