@@ -189,7 +189,9 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
     parts = gc("parts")
     finish = (f"CASE kind WHEN 'openai-responses' THEN CASE WHEN {responses_status} = 'incomplete' THEN "
               f"coalesce({fam('responses', 'incomplete')}, 'incomplete') ELSE {responses_status} END "
-              f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'finish')} "
+              f"WHEN 'anthropic-stream' THEN coalesce({fam('anthropic_stream', 'finish')}, CASE WHEN "
+              f"{fam('anthropic_stream', 'event_type')} = 'error' THEN coalesce({fam('anthropic_stream', 'error_type')}, "
+              "'error') END) "
               f"WHEN 'anthropic' THEN {fam('anthropic', 'finish')} WHEN 'bedrock-converse' THEN {fam('bedrock', 'finish')} "
               f"WHEN 'gemini' THEN coalesce({gc('finish')}, {fam('gemini', 'block_reason')}) "
               f"WHEN 'ollama' THEN {fam('server', 'ollama_finish')} WHEN 'tgi' THEN {fam('server', 'tgi_finish')} "
@@ -448,17 +450,29 @@ WITH resolved AS (
                PARTITION BY shape ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
                '(before the first message_start)') AS stream_id)
     FROM {source} WHERE chunks = 0
+), segmented AS (
+    -- Gemini lines sharing a responseId are one stream only while every line but the last has
+    -- no finishReason (chunks, then the last chunk): a line with one ends its answer, so a
+    -- complete response logged again is an answer of its own
+    SELECT *, CASE WHEN shape = 'gemini' THEN coalesce(count(finish_raw) OVER (
+               PARTITION BY shape, stream_id, choice ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+               0) ELSE 0 END AS answer_no
+    FROM resolved
 ), streams AS (
     SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
            CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
-           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, max(finish_hint) AS finish_hint,
+           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw,
+           -- a Gemini function call is a tool call only when the answer's finish is STOP
+           CASE WHEN shape <> 'gemini' THEN max(finish_hint)
+                WHEN upper(arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL)) = 'STOP' THEN max(finish_hint)
+                END AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
            any_value(model) AS model, any_value(max_tokens) AS max_tokens, max(output_tokens) AS output_tokens,
            max(reasoning_tokens) AS reasoning_tokens,
            arg_max(stop_reason, line_no) FILTER (stop_reason IS NOT NULL) AS stop_reason, min(ts) AS ts,
-           bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id) > 1 AS multi_choice, stream_id,
-           count(*) AS chunks
-    FROM resolved GROUP BY shape, stream_id, choice
+           bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id, answer_no) > 1 AS multi_choice,
+           stream_id, count(*) AS chunks
+    FROM segmented GROUP BY shape, stream_id, choice, answer_no
 )
 {_stored(derived_sql('streams', vocabulary))}
 """
