@@ -395,3 +395,27 @@ def test_duckdb_never_draws_its_progress_bar_on_stdout(capfd):
     con.execute("SELECT count(*) FROM range(400000000) t(i) WHERE i % 7 = 3").fetchall()
     con.close()
     assert "%" not in capfd.readouterr().out
+
+
+def test_show_sql_on_bad_input_is_one_line_and_reads_a_path_literally(tmp_path):
+    import duckdb
+
+    good = json.dumps(chat("Paris.")) + "\n"
+    not_utf8 = tmp_path / "n.jsonl"
+    not_utf8.write_bytes(good.encode() + b'{"a": "\xff\xfe"}\n')
+    broken_gz = tmp_path / "b.jsonl.gz"
+    broken_gz.write_bytes(b"\x1f\x8b not really gzip")
+    not_parquet = tmp_path / "c.parquet"
+    not_parquet.write_text("not parquet\n")
+    for path, message in [(not_utf8, "not UTF-8"), (broken_gz, "cannot read it"), (not_parquet, "cannot read it")]:
+        run = cli("logs", str(path), "--show-sql")
+        assert run.code == 2 and message in run.stderr.splitlines()[0], (path, run.stderr)
+        assert run.stdout == ""
+    # A file named like a glob is read as named, not as the file the glob matches.
+    folder = tmp_path / "g"
+    folder.mkdir()
+    named = write_jsonl(folder / "x[1].jsonl", [chat("Paris.", "length")])
+    write_jsonl(folder / "x1.jsonl", [chat("Paris."), chat("Rome.")])
+    sql = cli("logs", str(named), "--show-sql")
+    assert sql.code == 0, sql.stderr
+    assert dict(duckdb.connect().execute(sql.stdout).fetchall()) == {"length": 1}
