@@ -131,3 +131,13 @@ def test_the_timeline_is_the_same_when_spark_counts_rows_in_parts(spark_engine, 
     duck = analyze_logs([str(path)])
     assert duck.charts.timeline.bucket == "15 minutes"
     assert _report(spark_engine([str(path)])) == _report(duck)
+
+
+def test_a_line_that_is_not_utf8_is_one_bad_line_as_in_duckdb(spark_engine, tmp_path):
+    # The DuckDB engine counts such a line as bad; a Spark task's DuckDB must not fail the job on it.
+    good = [json.dumps(chat("Fine.")), json.dumps(chat("Cut in the", "length"))]
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes((good[0] + "\n").encode() + '{"a": "café"}\n'.encode("latin-1") + (good[1] + "\n").encode())
+    duck = analyze_logs([str(path)])
+    assert (duck.responses, duck.bad_lines, duck.bad_examples) == (2, 1, ((str(path), 2),))
+    assert _report(spark_engine([str(path)])) == _report(duck)
