@@ -419,3 +419,17 @@ def test_show_sql_on_bad_input_is_one_line_and_reads_a_path_literally(tmp_path):
     sql = cli("logs", str(named), "--show-sql")
     assert sql.code == 0, sql.stderr
     assert dict(duckdb.connect().execute(sql.stdout).fetchall()) == {"length": 1}
+
+
+def test_running_out_of_memory_says_to_raise_the_limit(tmp_path, monkeypatch):
+    # A readable file in too little DuckDB memory: the message names the setting to raise, not
+    # a file that cannot be read as JSONL.
+    text = "Rome was founded on the Palatine Hill. " * 2000
+    line = json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+                       "responseId": "r"})
+    path = tmp_path / "big.jsonl"
+    path.write_text((line + "\n") * 400)
+    monkeypatch.setenv("STOPDOCTOR_LOGS_MEMORY", "4MB")
+    run = cli("logs", str(path))
+    assert run.code == 2, run.stderr
+    assert "out of its memory limit" in run.stderr.splitlines()[0] and "STOPDOCTOR_LOGS_MEMORY" in run.stderr
