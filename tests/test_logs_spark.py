@@ -141,3 +141,23 @@ def test_a_line_that_is_not_utf8_is_one_bad_line_as_in_duckdb(spark_engine, tmp_
     duck = analyze_logs([str(path)])
     assert (duck.responses, duck.bad_lines, duck.bad_examples) == (2, 1, ((str(path), 2),))
     assert _report(spark_engine([str(path)])) == _report(duck)
+
+
+def test_gemini_responses_sharing_an_id_give_the_report_duckdb_gives(spark_engine, monkeypatch, tmp_path):
+    # The same id logged whole three times an hour apart (three answers, the timeline over two
+    # hours), then a stream of that id: the answers and their times are the DuckDB engine's.
+    def line(text, finish, hour):
+        candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        return {"candidates": [candidate], "responseId": "r-1", "modelVersion": "gemini-2.5-flash",
+                "createTime": f"2026-01-01T{hour:02d}:00:00Z"}
+
+    lines = [line("Rome was founded in 753 BC.", "STOP", h) for h in (0, 1, 2)]
+    lines += [line("Rome was", None, 3), line(" founded in", None, 3), line(" 753", "MAX_TOKENS", 3)]
+    path = write_jsonl(tmp_path / "same-id.jsonl", lines)
+    duck = analyze_logs([str(path)])
+    assert (duck.responses, duck.streams, duck.chunks) == (4, 1, 3)
+    assert duck.charts.timeline.bucket == "5 minutes"
+    monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "2")
+    assert _report(spark_engine([str(path)])) == _report(duck)

@@ -202,6 +202,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         f"WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
         f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) THEN 'tool_calls'"]
     ) + ([] if parts == _NULL else [
+        # a Gemini line with a function call; `streams_sql` keeps it only when the answer's finish is STOP
         f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
@@ -439,9 +440,10 @@ def _stored(derived: str) -> str:
 
 def streams_sql(source: str, vocabulary: TurnVocabulary) -> str:
     """A streamed response's chunk rows (from `normalise_sql`, in `source`) grouped by stream id
-    (OpenAI's `id`; Anthropic's message_start `message.id`, carried to the events after it) and
-    choice into one answer: the finish reason from the last chunk that has one, the text and the
-    reasoning reassembled in line order, the usage from the chunk that carries it."""
+    (OpenAI's `id`; Anthropic's message_start `message.id`, carried to the events after it;
+    Gemini's `responseId`, a line with a finishReason ending its answer) and choice into one
+    answer: the finish reason from the last chunk that has one, the text and the reasoning
+    reassembled in line order, the usage from the chunk that carries it."""
     return f"""
 WITH resolved AS (
     -- an event without a stream id (Anthropic's, but message_start) belongs to the last one

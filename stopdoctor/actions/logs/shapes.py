@@ -134,8 +134,9 @@ ANTHROPIC_EVENTS = ("message_start", "content_block_start", "content_block_delta
                     "message_delta", "message_stop", "ping", "error")
 # Shapes whose lines are pieces of one answer, grouped by stream (`actions.logs.records.streams_sql`).
 # A Gemini line is a whole response or one chunk of a stream (`streamGenerateContent`: every
-# chunk a response with the same `responseId`): its lines are grouped by that id, and a group of
-# more than one line is a stream (`gemini-stream`).
+# chunk a response with the same `responseId`, only the last with a finishReason): lines of one id
+# are one stream (`gemini-stream`) while every line but the last has no finishReason; a line with
+# one ends its answer, so a whole response logged twice is two answers.
 STREAMED = ("openai-chat-stream", "anthropic-stream", "gemini")
 
 # OpenTelemetry GenAI semantic conventions (attribute names), read from an OTLP JSON export
