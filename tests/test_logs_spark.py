@@ -144,20 +144,21 @@ def test_a_line_that_is_not_utf8_is_one_bad_line_as_in_duckdb(spark_engine, tmp_
 
 
 def test_gemini_responses_sharing_an_id_give_the_report_duckdb_gives(spark_engine, monkeypatch, tmp_path):
-    # The same id logged whole three times an hour apart (three answers, the timeline over two
-    # hours), then a stream of that id: the answers and their times are the DuckDB engine's.
-    def line(text, finish, hour):
+    # One id logged whole three times (three answers), the last 4 h 0 min 30 s after the first:
+    # just past 48 five-minute buckets, so 15 minutes, only if the last answer's own time counts
+    # in the span Spark picks the bucket from; then a stream of another id.
+    def line(text, finish, time, response_id="r-1"):
         candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
         if finish:
             candidate["finishReason"] = finish
-        return {"candidates": [candidate], "responseId": "r-1", "modelVersion": "gemini-2.5-flash",
-                "createTime": f"2026-01-01T{hour:02d}:00:00Z"}
+        return {"candidates": [candidate], "responseId": response_id, "modelVersion": "gemini-2.5-flash",
+                "createTime": f"2026-01-01T{time}Z"}
 
-    lines = [line("Rome was founded in 753 BC.", "STOP", h) for h in (0, 1, 2)]
-    lines += [line("Rome was", None, 3), line(" founded in", None, 3), line(" 753", "MAX_TOKENS", 3)]
+    lines = [line("Rome was founded in 753 BC.", "STOP", t) for t in ("00:00:00", "02:00:00", "04:00:30")]
+    lines += [line("Rome was", None, "01:00:00", "s-1"), line(" founded", "MAX_TOKENS", "01:00:00", "s-1")]
     path = write_jsonl(tmp_path / "same-id.jsonl", lines)
     duck = analyze_logs([str(path)])
-    assert (duck.responses, duck.streams, duck.chunks) == (4, 1, 3)
-    assert duck.charts.timeline.bucket == "5 minutes"
+    assert (duck.responses, duck.streams, duck.chunks) == (4, 1, 2)
+    assert duck.charts.timeline.bucket == "15 minutes"
     monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "2")
     assert _report(spark_engine([str(path)])) == _report(duck)

@@ -190,11 +190,14 @@ def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSetting
         ordered = Window.partitionBy("shape").orderBy("line_no").rowsBetween(Window.unboundedPreceding, 0)
         parts = persisted.where("chunks <> 0").unionByName(persisted.where("chunks = 0").withColumn(
             "stream_id", F.coalesce(F.col("stream_id"), F.last("stream_id", ignorenulls=True).over(ordered))))
-        # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's).
-        # Gemini lines of one id that are several answers give one time here, their first: the span
-        # can only come out shorter, so a finer bucket, inside which a counted row still stays.
+        # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's;
+        # Gemini lines of one id are answers split after each line with a finish, as `streams_sql` does).
+        segment = Window.partitionBy("shape", "stream_id", "choice").orderBy("line_no").rowsBetween(
+            Window.unboundedPreceding, -1)
+        answer_no = F.when(F.col("shape") == "gemini", F.coalesce(F.count("finish_raw").over(segment), F.lit(0)))
         answers = parts.where("chunks <> 0 AND shape IS NOT NULL").select("ts").unionByName(
-            parts.where("chunks = 0").groupBy("shape", "stream_id", "choice").agg(F.min("ts").alias("ts")).select("ts"))
+            parts.where("chunks = 0").withColumn("answer_no", answer_no.otherwise(0))
+            .groupBy("shape", "stream_id", "choice", "answer_no").agg(F.min("ts").alias("ts")).select("ts"))
         first, last = answers.agg(F.min("ts"), F.max("ts")).first()
         bucket = None if first is None else timeline_bucket(first, last)
         sql = bucketed_sql("parts", path, vocabulary, settings.examples, bucket,
