@@ -452,6 +452,18 @@ WITH resolved AS (
                PARTITION BY shape ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
                '(before the first message_start)') AS stream_id)
     FROM {source} WHERE chunks = 0
+), open_ids AS (
+    -- the Gemini ids with a line without a finishReason: only those can be streams
+    SELECT DISTINCT stream_id FROM resolved WHERE shape = 'gemini' AND finish_raw IS NULL
+), whole AS (
+    -- a Gemini line with a finishReason whose id has no other kind of line: a complete response,
+    -- an answer as it is (no sorting, no joining of texts)
+    SELECT line_no, choice, false AS blank, false AS bad, shape AS kind, finish_raw,
+           CASE WHEN upper(finish_raw) = 'STOP' THEN finish_hint END AS finish_hint, text, reasoning, model,
+           max_tokens, output_tokens, reasoning_tokens, stop_reason, ts, coalesce(multi_choice, false) AS multi_choice,
+           stream_id, 1::BIGINT AS chunks
+    FROM resolved r ANTI JOIN open_ids o ON r.stream_id = o.stream_id
+    WHERE shape = 'gemini' AND finish_raw IS NOT NULL
 ), segmented AS (
     -- Gemini lines sharing a responseId are one stream only while every line but the last has
     -- no finishReason (chunks, then the last chunk): a line with one ends its answer, so a
@@ -459,7 +471,7 @@ WITH resolved AS (
     SELECT *, CASE WHEN shape = 'gemini' THEN coalesce(count(finish_raw) OVER (
                PARTITION BY shape, stream_id, choice ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
                0) ELSE 0 END AS answer_no
-    FROM resolved
+    FROM resolved WHERE shape <> 'gemini' OR stream_id IN (SELECT stream_id FROM open_ids)
 ), streams AS (
     SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
            CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
@@ -475,6 +487,7 @@ WITH resolved AS (
            bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id, answer_no) > 1 AS multi_choice,
            stream_id, count(*) AS chunks
     FROM segmented GROUP BY shape, stream_id, choice, answer_no
+    UNION ALL BY NAME SELECT * FROM whole
 )
 {_stored(derived_sql('streams', vocabulary))}
 """
