@@ -395,3 +395,41 @@ def test_duckdb_never_draws_its_progress_bar_on_stdout(capfd):
     con.execute("SELECT count(*) FROM range(400000000) t(i) WHERE i % 7 = 3").fetchall()
     con.close()
     assert "%" not in capfd.readouterr().out
+
+
+def test_show_sql_on_bad_input_is_one_line_and_reads_a_path_literally(tmp_path):
+    import duckdb
+
+    good = json.dumps(chat("Paris.")) + "\n"
+    not_utf8 = tmp_path / "n.jsonl"
+    not_utf8.write_bytes(good.encode() + b'{"a": "\xff\xfe"}\n')
+    broken_gz = tmp_path / "b.jsonl.gz"
+    broken_gz.write_bytes(b"\x1f\x8b not really gzip")
+    not_parquet = tmp_path / "c.parquet"
+    not_parquet.write_text("not parquet\n")
+    for path, message in [(not_utf8, "not UTF-8"), (broken_gz, "cannot read it"), (not_parquet, "cannot read it")]:
+        run = cli("logs", str(path), "--show-sql")
+        assert run.code == 2 and message in run.stderr.splitlines()[0], (path, run.stderr)
+        assert run.stdout == ""
+    # A file named like a glob is read as named, not as the file the glob matches.
+    folder = tmp_path / "g"
+    folder.mkdir()
+    named = write_jsonl(folder / "x[1].jsonl", [chat("Paris.", "length")])
+    write_jsonl(folder / "x1.jsonl", [chat("Paris."), chat("Rome.")])
+    sql = cli("logs", str(named), "--show-sql")
+    assert sql.code == 0, sql.stderr
+    assert dict(duckdb.connect().execute(sql.stdout).fetchall()) == {"length": 1}
+
+
+def test_running_out_of_memory_says_to_raise_the_limit(tmp_path, monkeypatch):
+    # A readable file in too little DuckDB memory: the message names the setting to raise, not
+    # a file that cannot be read as JSONL.
+    text = "Rome was founded on the Palatine Hill. " * 2000
+    line = json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+                       "responseId": "r"})
+    path = tmp_path / "big.jsonl"
+    path.write_text((line + "\n") * 400)
+    monkeypatch.setenv("STOPDOCTOR_LOGS_MEMORY", "4MB")
+    run = cli("logs", str(path))
+    assert run.code == 2, run.stderr
+    assert "out of its memory limit" in run.stderr.splitlines()[0] and "STOPDOCTOR_LOGS_MEMORY" in run.stderr

@@ -296,3 +296,91 @@ def test_the_two_level_read_gives_exactly_the_records_of_reading_every_path(samp
         every = con.execute(f"SELECT * FROM ({normalise_sql(source, vocabulary)}) ORDER BY ALL").fetchall()
         grouped = con.execute(f"SELECT * FROM ({normalise_sql(source, vocabulary, groups=groups)}) ORDER BY ALL").fetchall()
         assert grouped == every, path.name
+
+
+# --------------------------------------------------------------------------------------------
+# Review fixes (#21): Gemini responses sharing an id, function calls, error events, timestamps
+# --------------------------------------------------------------------------------------------
+
+ANSWER = ("Rome was founded, the legend says, by Romulus in 753 BC on the Palatine Hill. It grew from a "
+          "small settlement of farmers and shepherds into a kingdom, then a republic governed by elected "
+          "magistrates and a senate, and finally an empire that stretched from Britain to Egypt and lasted "
+          "in the west until the deposition of its last emperor in 476 AD.")
+
+
+def gemini(parts, finish=None, response_id="r-1", tokens=None, **extra):
+    candidate = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    usage = {"promptTokenCount": 8}
+    if tokens is not None:
+        usage.update(candidatesTokenCount=tokens, totalTokenCount=8 + tokens)
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash",
+            "responseId": response_id, **extra}
+
+
+def test_complete_gemini_responses_sharing_an_id_are_answers_of_their_own(tmp_path):
+    # A retried or re-logged response: the same complete response three times (each with its
+    # finishReason) is three answers, never one stream whose texts are joined into a loop.
+    whole = gemini([{"text": ANSWER}], "STOP", tokens=80)
+    path = tmp_path / "same-id.jsonl"
+    path.write_text((json.dumps(whole) + "\n") * 3)
+    report = analyze_logs([str(path)])
+    assert (report.responses, report.streams, report.chunks) == (3, 0, 0)
+    assert report.shapes == {"gemini": 3} and report.finish == {"stop": 3}
+    assert report.problems["degenerate-repetition"].count == 0
+    # A stream (chunks without a finishReason, then the last chunk) and the same id logged again
+    # whole after it: one stream and one answer.
+    chunks = [gemini([{"text": "Rome was founded"}]), gemini([{"text": " in 753 BC."}], "STOP", tokens=7),
+              gemini([{"text": "Rome was founded in 753 BC."}], "STOP", tokens=7)]
+    path = tmp_path / "stream-then-whole.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in chunks))
+    report = analyze_logs([str(path)])
+    assert (report.responses, report.streams, report.chunks) == (2, 1, 2)
+    assert report.shapes == {"gemini-stream": 1, "gemini": 1} and report.finish == {"stop": 2}
+
+
+def test_a_gemini_function_call_is_a_tool_call_only_when_the_finish_is_stop(tmp_path):
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+    request = {"generationConfig": {"maxOutputTokens": 32}}
+    lines = [
+        {"request": request, "response": gemini([call], "MAX_TOKENS", "r-1", tokens=32)},  # cut: length
+        {"request": request, "response": gemini([call], "STOP", "r-2", tokens=12)},  # a tool call
+        {"request": request, "response": gemini([call], "MALFORMED_FUNCTION_CALL", "r-3", tokens=12)},  # error
+        # streamed: the call in a chunk, the budget hit in the last one
+        gemini([call], None, "s-1"), gemini([{"text": "and"}], "MAX_TOKENS", "s-1", tokens=32),
+    ]
+    path = tmp_path / "calls.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = analyze_logs([str(path)])
+    assert report.finish == {"length": 2, "tool_calls": 1, "error": 1}
+    assert report.problems["truncated-but-reported-finished"].count == 0
+
+
+def test_an_anthropic_stream_error_event_is_the_streams_error_finish(tmp_path):
+    events = [{"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                    "model": "claude-sonnet-4-5", "content": [], "stop_reason": None,
+                                                    "usage": {"input_tokens": 10, "output_tokens": 1}}},
+              {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+              {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Rome was"}},
+              {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}]
+    path = tmp_path / "error.jsonl"
+    path.write_text("".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n" for e in events))
+    report = analyze_logs([str(path)])
+    assert (report.responses, report.unrecognised, report.streams, report.chunks) == (1, 0, 1, 4)
+    assert report.finish == {"error": 1} and report.finish_raw == {"overloaded_error": 1}
+
+
+@pytest.mark.parametrize("stamp", [{"created": -100000000000}, {"timestamp": "50000-01-01T00:00:00"},
+                                   {"created": 99999999999999999999}, {"timestamp": "0001-01-01T00:00:00"}])
+def test_a_timestamp_outside_any_log_is_absent_not_a_crash(tmp_path, stamp):
+    good = {"object": "chat.completion", "model": "m", "created": 1767225600,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}]}
+    odd = {**{k: v for k, v in good.items() if k != "created"}, **stamp}
+    path = tmp_path / "times.jsonl"
+    path.write_text(json.dumps(odd) + "\n" + json.dumps(good) + "\n")
+    report = analyze_logs([str(path)])
+    assert report.responses == 2
+    assert report.charts.timeline.rows == (("2026-01-01T00:00:00", {"stop": 1}),)
+    run = cli("logs", str(path), "--json")
+    assert run.code == 0, run.stderr

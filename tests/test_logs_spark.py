@@ -131,3 +131,34 @@ def test_the_timeline_is_the_same_when_spark_counts_rows_in_parts(spark_engine, 
     duck = analyze_logs([str(path)])
     assert duck.charts.timeline.bucket == "15 minutes"
     assert _report(spark_engine([str(path)])) == _report(duck)
+
+
+def test_a_line_that_is_not_utf8_is_one_bad_line_as_in_duckdb(spark_engine, tmp_path):
+    # The DuckDB engine counts such a line as bad; a Spark task's DuckDB must not fail the job on it.
+    good = [json.dumps(chat("Fine.")), json.dumps(chat("Cut in the", "length"))]
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes((good[0] + "\n").encode() + '{"a": "café"}\n'.encode("latin-1") + (good[1] + "\n").encode())
+    duck = analyze_logs([str(path)])
+    assert (duck.responses, duck.bad_lines, duck.bad_examples) == (2, 1, ((str(path), 2),))
+    assert _report(spark_engine([str(path)])) == _report(duck)
+
+
+def test_gemini_responses_sharing_an_id_give_the_report_duckdb_gives(spark_engine, monkeypatch, tmp_path):
+    # One id logged whole three times (three answers), the last 4 h 0 min 30 s after the first:
+    # just past 48 five-minute buckets, so 15 minutes, only if the last answer's own time counts
+    # in the span Spark picks the bucket from; then a stream of another id.
+    def line(text, finish, time, response_id="r-1"):
+        candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        return {"candidates": [candidate], "responseId": response_id, "modelVersion": "gemini-2.5-flash",
+                "createTime": f"2026-01-01T{time}Z"}
+
+    lines = [line("Rome was founded in 753 BC.", "STOP", t) for t in ("00:00:00", "02:00:00", "04:00:30")]
+    lines += [line("Rome was", None, "01:00:00", "s-1"), line(" founded", "MAX_TOKENS", "01:00:00", "s-1")]
+    path = write_jsonl(tmp_path / "same-id.jsonl", lines)
+    duck = analyze_logs([str(path)])
+    assert (duck.responses, duck.streams, duck.chunks) == (4, 1, 2)
+    assert duck.charts.timeline.bucket == "15 minutes"
+    monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "2")
+    assert _report(spark_engine([str(path)])) == _report(duck)

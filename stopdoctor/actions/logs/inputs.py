@@ -9,7 +9,8 @@ line that is not UTF-8 is one bad line, not a failed file.
 - `utf8_copy(path, index, folder)`: a plain copy of the file with every line that is not UTF-8
   replaced by a marker that is not JSON (so it is counted as a bad line, as a non-JSON line is);
   made only after DuckDB refused the file for its encoding.
-- `read_error(path, message)`: DuckDB's error about a file as one line a person can act on.
+- `read_error(path, message)`: DuckDB's error about a file as one line a person can act on (out of
+  memory: raise `STOPDOCTOR_LOGS_MEMORY`).
 
 Imports: the standard library, `stopdoctor.core.errors`.
 """
@@ -159,4 +160,9 @@ def read_error(path: str, message: str) -> InputError:
         return InputError(f"{path}: a line is longer than {MAX_LINE_BYTES >> 20} MB, the longest a log line may be",
                           hint="a log line is one response; this is not a response log")
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    if "Out of Memory" in message or "out of memory" in message:
+        # The file is readable: the work did not fit DuckDB's memory limit (a shape the query
+        # holds more of, e.g. every Gemini response's text until its stream is grouped).
+        return InputError(f"{path}: DuckDB ran out of its memory limit reading it ({first})",
+                          hint="raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default 512MB)")
     return InputError(f"{path}: cannot read it as JSONL/Parquet: {first}")

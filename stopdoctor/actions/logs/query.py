@@ -32,7 +32,7 @@ from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
-from stopdoctor.actions.logs.sql import OVERRIDABLE, is_parquet, is_remote, source_sql, sql_string
+from stopdoctor.actions.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
@@ -80,13 +80,22 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     as it is in another DuckDB (`--show-sql`)."""
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
-    con, _ = connect()
+    con, duckdb = connect()
     try:
         out = [f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS});\n\n"]
         for path in paths:
-            source = source_sql(path, con)
-            query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-            out.append(f"-- {path}\n{_insert_sql(path, query)};\n")
+            try:
+                # The script names the file itself (not a link or a copy): a local path's glob
+                # characters are escaped.
+                source = source_sql(path if is_remote(path) else glob_literal(path), con)
+                groups = _key_groups(con, source, settings)
+            except duckdb.Error as error:
+                if is_encoding_error(str(error)):
+                    raise InputError(f"{path}: a line is not UTF-8 text, which the printed script cannot read in DuckDB",
+                                     hint="stopdoctor logs without --show-sql counts such a line as a bad line") from None
+                raise read_error(path, str(error)) from None
+            query = normalise_sql(source, vocabulary, settings.overrides, groups)
+            out.append(f"-- {' '.join(path.splitlines())}\n{_insert_sql(path, query)};\n")
             out.append("-- streamed responses: each stream's chunks grouped into one answer\n"
                        + "".join(f"{statement};\n" for statement in _stream_statements(path, vocabulary)) + "\n")
         out.append("-- the normalised finish reasons\nSELECT finish, count(*) AS answers FROM rec WHERE shape IS NOT NULL "

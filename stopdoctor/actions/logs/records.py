@@ -118,12 +118,19 @@ def _int(expr: str) -> str:
     return f"try_cast(try_cast({expr} AS DOUBLE) AS BIGINT)"
 
 
+# A logged time outside these years is a placeholder or a unit mistake, not when an answer was
+# made: it counts as no time (and stays inside the dates Python and Spark can hold).
+TIMES_FROM, TIMES_UNTIL = "1990-01-01", "2200-01-01"
+
+
 def _timestamp(expr: str) -> str:
-    """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP."""
+    """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP;
+    NULL outside `TIMES_FROM`..`TIMES_UNTIL`."""
     d = f"try_cast({expr} AS DOUBLE)"
-    return (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
-            f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
-            f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' END")
+    parsed = (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
+              f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
+              f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try(try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
+    return (f"list_filter([{parsed}], lambda t: t >= TIMESTAMP '{TIMES_FROM}' AND t < TIMESTAMP '{TIMES_UNTIL}')[1]")
 
 
 def normalised_finish_sql(raw: str) -> str:
@@ -182,7 +189,9 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
     parts = gc("parts")
     finish = (f"CASE kind WHEN 'openai-responses' THEN CASE WHEN {responses_status} = 'incomplete' THEN "
               f"coalesce({fam('responses', 'incomplete')}, 'incomplete') ELSE {responses_status} END "
-              f"WHEN 'anthropic-stream' THEN {fam('anthropic_stream', 'finish')} "
+              f"WHEN 'anthropic-stream' THEN coalesce({fam('anthropic_stream', 'finish')}, CASE WHEN "
+              f"{fam('anthropic_stream', 'event_type')} = 'error' THEN coalesce({fam('anthropic_stream', 'error_type')}, "
+              "'error') END) "
               f"WHEN 'anthropic' THEN {fam('anthropic', 'finish')} WHEN 'bedrock-converse' THEN {fam('bedrock', 'finish')} "
               f"WHEN 'gemini' THEN coalesce({gc('finish')}, {fam('gemini', 'block_reason')}) "
               f"WHEN 'ollama' THEN {fam('server', 'ollama_finish')} WHEN 'tgi' THEN {fam('server', 'tgi_finish')} "
@@ -193,6 +202,7 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         f"WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
         f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) THEN 'tool_calls'"]
     ) + ([] if parts == _NULL else [
+        # a Gemini line with a function call; `streams_sql` keeps it only when the answer's finish is STOP
         f"WHEN kind = 'gemini' AND {parts} IS NOT NULL AND len(json_extract_string({parts}, '$[*].functionCall.name')) > 0 "
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
@@ -430,9 +440,10 @@ def _stored(derived: str) -> str:
 
 def streams_sql(source: str, vocabulary: TurnVocabulary) -> str:
     """A streamed response's chunk rows (from `normalise_sql`, in `source`) grouped by stream id
-    (OpenAI's `id`; Anthropic's message_start `message.id`, carried to the events after it) and
-    choice into one answer: the finish reason from the last chunk that has one, the text and the
-    reasoning reassembled in line order, the usage from the chunk that carries it."""
+    (OpenAI's `id`; Anthropic's message_start `message.id`, carried to the events after it;
+    Gemini's `responseId`, a line with a finishReason ending its answer) and choice into one
+    answer: the finish reason from the last chunk that has one, the text and the reasoning
+    reassembled in line order, the usage from the chunk that carries it."""
     return f"""
 WITH resolved AS (
     -- an event without a stream id (Anthropic's, but message_start) belongs to the last one
@@ -441,17 +452,42 @@ WITH resolved AS (
                PARTITION BY shape ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
                '(before the first message_start)') AS stream_id)
     FROM {source} WHERE chunks = 0
+), open_ids AS (
+    -- the Gemini ids with a line without a finishReason: only those can be streams
+    SELECT DISTINCT stream_id FROM resolved WHERE shape = 'gemini' AND finish_raw IS NULL
+), whole AS (
+    -- a Gemini line with a finishReason whose id has no other kind of line: a complete response,
+    -- an answer as it is (no sorting, no joining of texts)
+    SELECT line_no, choice, false AS blank, false AS bad, shape AS kind, finish_raw,
+           CASE WHEN upper(finish_raw) = 'STOP' THEN finish_hint END AS finish_hint, text, reasoning, model,
+           max_tokens, output_tokens, reasoning_tokens, stop_reason, ts, coalesce(multi_choice, false) AS multi_choice,
+           stream_id, 1::BIGINT AS chunks
+    FROM resolved r ANTI JOIN open_ids o ON r.stream_id = o.stream_id
+    WHERE shape = 'gemini' AND finish_raw IS NOT NULL
+), segmented AS (
+    -- Gemini lines sharing a responseId are one stream only while every line but the last has
+    -- no finishReason (chunks, then the last chunk): a line with one ends its answer, so a
+    -- complete response logged again is an answer of its own
+    SELECT *, CASE WHEN shape = 'gemini' THEN coalesce(count(finish_raw) OVER (
+               PARTITION BY shape, stream_id, choice ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+               0) ELSE 0 END AS answer_no
+    FROM resolved WHERE shape <> 'gemini' OR stream_id IN (SELECT stream_id FROM open_ids)
 ), streams AS (
     SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
            CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
-           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw, max(finish_hint) AS finish_hint,
+           arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw,
+           -- a Gemini function call is a tool call only when the answer's finish is STOP
+           CASE WHEN shape <> 'gemini' THEN max(finish_hint)
+                WHEN upper(arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL)) = 'STOP' THEN max(finish_hint)
+                END AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
            any_value(model) AS model, any_value(max_tokens) AS max_tokens, max(output_tokens) AS output_tokens,
            max(reasoning_tokens) AS reasoning_tokens,
            arg_max(stop_reason, line_no) FILTER (stop_reason IS NOT NULL) AS stop_reason, min(ts) AS ts,
-           bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id) > 1 AS multi_choice, stream_id,
-           count(*) AS chunks
-    FROM resolved GROUP BY shape, stream_id, choice
+           bool_or(multi_choice) OR count(*) OVER (PARTITION BY shape, stream_id, answer_no) > 1 AS multi_choice,
+           stream_id, count(*) AS chunks
+    FROM segmented GROUP BY shape, stream_id, choice, answer_no
+    UNION ALL BY NAME SELECT * FROM whole
 )
 {_stored(derived_sql('streams', vocabulary))}
 """

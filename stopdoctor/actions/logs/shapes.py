@@ -30,7 +30,11 @@ FINISH_REASONS: dict[str, str] = {
                      "language", "refusal", "guardrail_intervened"), "content_filter"),
     **dict.fromkeys(("error", "failed", "cancelled", "abort", "malformed_function_call", "unexpected_tool_call",
                      "too_many_tool_calls", "other", "finish_reason_unspecified", "blocked_reason_unspecified",
-                     "incomplete", "image_other", "no_image"), "error"),
+                     "incomplete", "image_other", "no_image",
+                     # Anthropic's stream `error` event types
+                     "api_error", "overloaded_error", "rate_limit_error", "invalid_request_error",
+                     "authentication_error", "permission_error", "not_found_error", "request_too_large",
+                     "timeout_error"), "error"),
 }
 
 # Response roots, most specific first: OpenAI batch output (`response.body`), Anthropic batch
@@ -72,12 +76,13 @@ FAMILY_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     # Anthropic Messages streamed (server-sent events, one event a line): `message_start` carries the
     # message's id and model, `content_block_delta` a piece of text or thinking, `message_delta` the
-    # stop reason and the output tokens so far. Only `message_start` names its message: the other
+    # stop reason and the output tokens so far, `error` (`error.type`, e.g. overloaded_error) the
+    # end of a stream that failed. Only `message_start` names its message: the other
     # events belong to the message started last.
     "anthropic_stream": {
         "event_type": (".type",), "stream_id": (".message.id",), "model": (".message.model",),
         "text": (".delta.text",), "reasoning": (".delta.thinking",), "finish": (".delta.stop_reason",),
-        "stop_sequence": (".delta.stop_sequence",),
+        "stop_sequence": (".delta.stop_sequence",), "error_type": (".error.type",),
     },
     "bedrock": {
         "finish": (".stopReason",), "content_json": (".output.message.content",),
@@ -126,11 +131,12 @@ REQUEST_FIELDS: dict[str, tuple[str, ...]] = {
 LINE_TIMESTAMPS = ("$.timestamp", "$.time", '$."@timestamp"', "$.request_time")
 
 ANTHROPIC_EVENTS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop",
-                    "message_delta", "message_stop", "ping")
+                    "message_delta", "message_stop", "ping", "error")
 # Shapes whose lines are pieces of one answer, grouped by stream (`actions.logs.records.streams_sql`).
 # A Gemini line is a whole response or one chunk of a stream (`streamGenerateContent`: every
-# chunk a response with the same `responseId`): its lines are grouped by that id, and a group of
-# more than one line is a stream (`gemini-stream`).
+# chunk a response with the same `responseId`, only the last with a finishReason): lines of one id
+# are one stream (`gemini-stream`) while every line but the last has no finishReason; a line with
+# one ends its answer, so a whole response logged twice is two answers.
 STREAMED = ("openai-chat-stream", "anthropic-stream", "gemini")
 
 # OpenTelemetry GenAI semantic conventions (attribute names), read from an OTLP JSON export

@@ -29,7 +29,7 @@ from stopdoctor.actions.logs.partial import RECORD_NAMES, bucketed_sql, part_sql
 from stopdoctor.actions.logs.query import RECORD_COLUMNS, connect, open_counted_records, records_report
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
 from stopdoctor.actions.logs.report import LogsReport, LogsSettings
-from stopdoctor.actions.logs.inputs import check_log_file
+from stopdoctor.actions.logs.inputs import NOT_UTF8_LINE, check_log_file
 from stopdoctor.actions.logs.sql import is_parquet, is_remote, sql_string
 from stopdoctor.actions.logs.summary import timeline_bucket
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
@@ -87,6 +87,10 @@ def _lines(spark, path: str):
             frame = frame.select(F.to_json(F.struct(*frame.columns)).alias("value"))
     else:
         frame = spark.read.text(path)
+    # Spark hands a line's bytes on as they are; a line that is not UTF-8 is one bad line, as the
+    # DuckDB engine counts it (a task's DuckDB would refuse the whole part).
+    frame = frame.select(F.when(F.is_valid_utf8("value"), F.col("value"))
+                         .otherwise(F.lit(NOT_UTF8_LINE.decode())).alias("value"))
     part = F.spark_partition_id()
     counts = dict(frame.groupBy(part.alias("part")).count().collect())
     offsets, total = [], 0
@@ -186,9 +190,14 @@ def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSetting
         ordered = Window.partitionBy("shape").orderBy("line_no").rowsBetween(Window.unboundedPreceding, 0)
         parts = persisted.where("chunks <> 0").unionByName(persisted.where("chunks = 0").withColumn(
             "stream_id", F.coalesce(F.col("stream_id"), F.last("stream_id", ignorenulls=True).over(ordered))))
-        # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's).
+        # The timeline's bucket, from the first and last answer (a stream's time: its first chunk's;
+        # Gemini lines of one id are answers split after each line with a finish, as `streams_sql` does).
+        segment = Window.partitionBy("shape", "stream_id", "choice").orderBy("line_no").rowsBetween(
+            Window.unboundedPreceding, -1)
+        answer_no = F.when(F.col("shape") == "gemini", F.coalesce(F.count("finish_raw").over(segment), F.lit(0)))
         answers = parts.where("chunks <> 0 AND shape IS NOT NULL").select("ts").unionByName(
-            parts.where("chunks = 0").groupBy("shape", "stream_id", "choice").agg(F.min("ts").alias("ts")).select("ts"))
+            parts.where("chunks = 0").withColumn("answer_no", answer_no.otherwise(0))
+            .groupBy("shape", "stream_id", "choice", "answer_no").agg(F.min("ts").alias("ts")).select("ts"))
         first, last = answers.agg(F.min("ts"), F.max("ts")).first()
         bucket = None if first is None else timeline_bucket(first, last)
         sql = bucketed_sql("parts", path, vocabulary, settings.examples, bucket,

@@ -82,6 +82,12 @@ def source_sql(path: str, con=None) -> str:
             "WITH ORDINALITY)")
 
 
+def glob_literal(path: str) -> str:
+    """A local `path` as a DuckDB file pattern that matches only that file: DuckDB expands `*`,
+    `?` and `[...]` in any path it is given; each of them as a one-character class is itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
 def is_parquet(path: str) -> bool:
     """A Parquet file (read with read_parquet, one row a line), not JSONL."""
     return path.lower().endswith((".parquet", ".parq", ".pq"))
