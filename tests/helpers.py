@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
 
 from typer.testing import CliRunner
@@ -36,3 +37,13 @@ def test_models_dir():
 
 
 test_models_dir.__test__ = False  # a helper, not a test
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Terminate a server a test started; kill it when it does not exit within 15 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import stop_server
+
 BINARY_ENV = "STOPDOCTOR_LLAMA_SERVER"
 START_TIMEOUT_S = 120.0
 # A small context and one slot: the tests send short prompts, and a 2-core machine loads faster.
@@ -115,12 +117,7 @@ def running_llama_server(model: Path, log: Path, *extra: str) -> Iterator[LlamaS
                 yield LlamaServer(url, model, log, time.monotonic() - started)
                 return
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_server(process)
         if "bind" not in log.read_text(errors="replace").lower():
             break
     pytest.fail(f"llama-server exited before it was ready:\n{log.read_text(errors='replace')[-3000:]}")

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import stop_server
 from typer.testing import CliRunner
 
 from stopdoctor.cli.app import app
@@ -308,12 +310,7 @@ def served_broken(real_models, tmp_path_factory):
                 time.sleep(0.5)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
 
 
 @pytest.mark.slow
