@@ -249,11 +249,12 @@ def test_a_template_calling_a_filter_jinja_lacks_is_read_statically():
 
 
 def test_the_static_reading_needs_every_assistant_close_to_agree():
-    """Assistant content closed `A + Z` in one branch and `B + Z` in another ends with `Z`, the
-    last token they share; two closes with nothing shared give no answer rather than a guess."""
+    """Assistant content closed `A + Z` in one branch (answers with citations) and `B + Z` in another
+    ends with `Z`, the last token they share; two closes with nothing shared give no answer rather
+    than a guess."""
     from stopdoctor.template.static_turns import read_close
 
-    two_closes = ("{%- for m in messages -%}{%- if m['role'] == 'assistant' -%}{%- if m.tool_calls -%}"
+    two_closes = ("{%- for m in messages -%}{%- if m['role'] == 'assistant' -%}{%- if m.citations -%}"
                   "{{- m['content'] + '<|END_ACTION|><|END_OF_TURN_TOKEN|>' -}}{%- else -%}"
                   "{{- m['content'] + '<|END_RESPONSE|><|END_OF_TURN_TOKEN|>' -}}{%- endif -%}"
                   "{%- else -%}{{- '<|USER_TOKEN|>' + m['content'] + '<|END_OF_TURN_TOKEN|>' -}}{%- endif -%}{%- endfor -%}")
@@ -268,3 +269,20 @@ def test_a_template_that_ignores_the_messages_is_not_read_around(tmp_path):
 
     with pytest.raises(TemplateIgnoresMessages):
         analyze_turns("{{ bos_token }}Hello{{ eos_token }}", {"eos_token": "</s>", "bos_token": "<s>"}, ["<s>", "</s>"])
+
+
+def test_the_static_reading_skips_a_tool_call_turns_opener():
+    """Inside the assistant's branch, `{% if message.tool_calls %}` writes content then the call's
+    opener: not the end of turn; `{% if not message.tool_calls %}` is the answer, its else the call."""
+    from stopdoctor.template.static_turns import read_close
+
+    known = ["<tool_call>", "<|im_end|>", "<|im_start|>"]
+    nested = ("{% for m in messages %}{% if m.role == 'assistant' %}{% if m.tool_calls %}{{ m.content + '<tool_call>' }}"
+              "{% for c in m.tool_calls %}{{ c.name }}{% endfor %}{{ '<|im_end|>' }}{% else %}{{ m.content + '<|im_end|>' }}"
+              "{% endif %}{% else %}{{ '<|im_start|>' + m.content + '<|im_end|>' }}{% endif %}{% endfor %}")
+    assert read_close(nested, {}, known, "test").marker == "<|im_end|>"
+    negated = nested.replace("{% if m.tool_calls %}{{ m.content + '<tool_call>' }}{% for c in m.tool_calls %}{{ c.name }}"
+                             "{% endfor %}{{ '<|im_end|>' }}{% else %}{{ m.content + '<|im_end|>' }}{% endif %}",
+                             "{% if not m.tool_calls %}{{ m.content + '<|im_end|>' }}{% else %}{{ m.content + '<tool_call>' }}"
+                             "{% endif %}")
+    assert negated != nested and read_close(negated, {}, known, "test").marker == "<|im_end|>"

@@ -114,15 +114,18 @@ class _Reader:
     def _branch(self, node: nodes.If, role: str, after: list[nodes.Node]) -> None:
         """An `{% if %}…{% elif %}…{% else %}` chain: each body in the role its test and the
         earlier tests leave (after `== 'assistant'` the rest of the chain is someone else's)."""
-        rest = role
+        rest, else_role = role, None
         for test, body in ((node.test, node.body), *((e.test, e.body) for e in node.elif_)):
             if rest == "other":
                 return
             tested, positive = _role_test(test)
-            if _mentions_tool_calls(test):  # a tool-call turn: content, then the call's opener
-                inside = "other" if tested == "assistant" and positive else rest
-                self.body(body, inside, after)
+            polarity = _tool_call_polarity(test)
+            if polarity == "with":
+                # a tool-call turn writes content, then the call's opener: not read; its else is the answer
+                self.body(body, "other", after)
                 continue
+            if polarity == "without" and isinstance(test, nodes.Not) and not node.elif_:
+                else_role = "other"  # `{% if not message.tool_calls %}` answer `{% else %}` tool call
             if tested is None:
                 inside = rest
             elif (tested == "assistant") == positive:  # `== 'assistant'`, or `!= 'user'`-like negations of others
@@ -136,7 +139,7 @@ class _Reader:
                 rest = "other" if positive else "assistant"
             elif tested == "other" and not positive:
                 rest = "other"
-        if rest != "other":
+        if (else_role or rest) != "other":
             self.body(node.else_, rest, after)
 
     def _sequence(self, atoms: list, following: list[nodes.Node], role: str) -> None:
@@ -199,20 +202,31 @@ def _is_content(node: nodes.Node) -> bool:
 _TOOL_CALL_NAMES = frozenset({"tool_calls", "function_call", "tool_call", "functions"})
 
 
-def _mentions_tool_calls(test: nodes.Node) -> bool:
-    """`message.tool_calls`, `message['tool_calls']`, `message.get('tool_calls')` in a test."""
-    names = {n.attr for n in test.find_all(nodes.Getattr)} | {n.value for n in test.find_all(nodes.Const) if isinstance(n.value, str)}
-    return bool(names & _TOOL_CALL_NAMES)
+def _tool_call_polarity(test: nodes.Node, negated: bool = False) -> str | None:
+    """"with" when a test requires the message's tool calls (`message.tool_calls`,
+    `message.get('tool_calls')`, `role == 'assistant' and message.tool_calls`), "without" when it
+    names them only negated (`not message.tool_calls`), None when it does not name them."""
+    if isinstance(test, nodes.Not):
+        return _tool_call_polarity(test.node, not negated)
+    if isinstance(test, nodes.And | nodes.Or):
+        sides = {_tool_call_polarity(test.left, negated), _tool_call_polarity(test.right, negated)} - {None}
+        return "with" if "with" in sides else sides.pop() if sides else None
+    names = {n.attr for n in (test, *test.find_all(nodes.Getattr)) if isinstance(n, nodes.Getattr)}
+    names |= {n.value for n in (test, *test.find_all(nodes.Const)) if isinstance(n, nodes.Const) and isinstance(n.value, str)}
+    if not names & _TOOL_CALL_NAMES:
+        return None
+    return "without" if negated else "with"
 
 
 def _is_position_test(test: nodes.Node) -> bool:
     """A test on the message's position (`not loop.last`, `loop.index0 < messages|length - 1`):
     a close written only when another turn follows. A test on the message itself (its tool calls,
     its reasoning) opens something else inside the turn."""
-    on_loop = any(isinstance(n.node, nodes.Name) and n.node.name == "loop" for n in test.find_all(nodes.Getattr))
-    on_length = any(n.name == "length" for n in test.find_all(nodes.Filter))
+    every = (test, *test.find_all(nodes.Node))  # the test itself too: `{% if loop.last %}`
+    on_loop = any(isinstance(n, nodes.Getattr) and isinstance(n.node, nodes.Name) and n.node.name == "loop" for n in every)
+    on_length = any(isinstance(n, nodes.Filter) and n.name == "length" for n in every)
     on_message = any(isinstance(n, nodes.Getattr | nodes.Getitem) and not (isinstance(n.node, nodes.Name) and n.node.name == "loop")
-                     for n in test.find_all(nodes.Getattr | nodes.Getitem))
+                     for n in every)
     return (on_loop or on_length) and not on_message
 
 
