@@ -180,6 +180,19 @@ def test_charts_figures_from_tokens_and_timestamps():
     assert sum(sum(c.values()) for _, c in otlp.charts.timeline.rows) == 9
 
 
+def test_absurd_output_tokens_fall_in_the_last_or_no_bin_not_a_crash(tmp_path):
+    # 10^9 output tokens against max_tokens 1 is 2*10^10 bins: past what the bin's integer holds.
+    def line(tokens):
+        return json.dumps({"request": {"model": "m", "max_tokens": 1, "messages": []},
+                           "response": {"object": "chat.completion", "model": "m", "usage": {"completion_tokens": tokens},
+                                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."},
+                                                     "finish_reason": "stop"}]}})
+    path = tmp_path / "absurd.jsonl"
+    path.write_text(f"{line(10 ** 9)}\n{line(-10 ** 9)}\n{line(0)}\n")
+    (histogram,) = analyze_logs([str(path)]).charts.histograms
+    assert (histogram.bins[0], sum(histogram.bins), histogram.at_budget, histogram.total) == (1, 1, 1, 3)
+
+
 # --------------------------------------------------------------------------------------------
 # Pictures
 # --------------------------------------------------------------------------------------------

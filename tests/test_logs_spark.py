@@ -162,3 +162,36 @@ def test_gemini_responses_sharing_an_id_give_the_report_duckdb_gives(spark_engin
     assert duck.charts.timeline.bucket == "15 minutes"
     monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "2")
     assert _report(spark_engine([str(path)])) == _report(duck)
+
+
+def test_varied_output_tokens_reach_the_driver_as_counts_per_histogram_bin(spark_engine, monkeypatch, tmp_path):
+    # A real log's output tokens vary (seeded random here): 6,000 answers, 2 models, 2 max_tokens,
+    # times over 2 hours (24 buckets of 5 minutes), in parts of 500 lines. The driver receives at
+    # most one counted row per (time bucket, model, max_tokens, histogram bin: `length` only in the
+    # last), the first and last times, and each part's first cut answers (5 examples, cut
+    # mid-sentence too: at most 14 parts): not one per distinct output tokens (~6,000 before).
+    # The report is still DuckDB's.
+    import random
+
+    from stopdoctor.actions.logs.report import HISTOGRAM_BINS
+    from stopdoctor.actions.logs.spark import counted_records, session
+    from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
+
+    rng, start, lines = random.Random(21), 1_767_225_600, []
+    for _ in range(6_000):
+        model, budget = rng.choice(["m-a", "m-b"]), rng.choice([256, 1024])
+        tokens = rng.randint(1, budget)
+        cut = tokens == budget
+        answer = chat("Cut in the" if cut else "Fine.", "length" if cut else "stop", model)
+        answer.update(created=start + rng.randrange(7_200), usage={"completion_tokens": tokens})
+        lines.append({"request": {"model": model, "max_tokens": budget, "messages": []}, "response": answer})
+    path = str(write_jsonl(tmp_path / "varied.jsonl", lines))
+    monkeypatch.setenv("STOPDOCTOR_SPARK_CHUNK_LINES", "500")
+    duck = analyze_logs([path])
+    assert duck.charts.timeline.bucket == "5 minutes" and len(duck.charts.histograms) == 4
+    assert _report(spark_engine([path])) == _report(duck)
+    table, count = counted_records(session(), path, builtin_vocabulary(), LogsSettings())
+    assert count == 6_000
+    assert set(duck.finish) == {"stop", "length"}
+    bound = len(duck.charts.timeline.rows) * 4 * (HISTOGRAM_BINS + 1) + 2 + 14 * 5
+    assert table.num_rows <= bound < 6_000 // 2

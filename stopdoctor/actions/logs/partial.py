@@ -8,23 +8,33 @@ the summary can print or list; every other row is counted, its columns reduced t
 groups by. Whatever the split into parts, the first rows of the whole log are among the first rows
 of the parts, so the examples are exact; every count is exact.
 
+Output tokens: the summary reads them only as the histogram's bin against max_tokens (`summary.charts`)
+and whether they were logged, so a counted row groups by that bin, not by the raw value, and keeps
+one number in it: the bin's least whole number where it falls in the bin (the same in every part, so
+Spark sums the parts' rows into one), else the group's least output tokens; 0 where max_tokens is
+not a positive number (no bin). On a log of varied output tokens the rows a part sends grow with
+the bins, not with the answers.
+
 Timestamps: a counted row's time is moved within its time bucket, never out of it, and the parts'
 earliest and latest times are kept exact, so the timeline's bucket (chosen from the span) and its
 counts are those of the whole rows: first to the minute (`part_sql`, every bucket is whole
 minutes), then, once the span is known, to the timeline's bucket (`bucketed_sql`).
 
-Imports: actions.logs (records, sql, summary's limits and conditions, vocabulary). Builds text only.
+Imports: actions.logs (records, report's bins, sql, summary's limits, conditions and bins, vocabulary).
+Builds text only.
 """
 
 from __future__ import annotations
 
 from stopdoctor.actions.logs.records import REPETITION_THRESHOLD, streams_sql
+from stopdoctor.actions.logs.report import HISTOGRAM_BINS
 from stopdoctor.actions.logs.sql import sql_string
-from stopdoctor.actions.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS
+from stopdoctor.actions.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS, SIZED_MAX_TOKENS, token_bin
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 
 # Columns a counted row keeps; the others (line numbers, texts, example details) become NULL.
-# A degenerate-repetition score is kept as whether it passed the threshold.
+# A degenerate-repetition score is kept as whether it passed the threshold; output tokens as
+# their histogram bin (`_TOKENS`).
 COUNTED = ("file", "blank", "bad", "shape", "finish_raw", "finish", "model", "max_tokens", "stop_reason",
            "output_tokens", "ts", "chunks", "turn_candidate", "mid_sentence", "multi_choice", "truncated_finished",
            "repetition", "reasoning_budget")
@@ -32,6 +42,18 @@ RECORD_NAMES = ("file", "line_no", "choice", "blank", "bad", "shape", "finish_ra
                 "stop_reason", "output_tokens", "reasoning_tokens", "ts", "chunks", "turn_candidate", "mid_sentence",
                 "candidate_text", "tail", "multi_choice", "truncated_finished", "repetition", "reasoning_budget",
                 "reasoning_share", "think_ends", "empty_answer", "text", "reasoning", "finish_hint", "stream_id")
+
+
+# A counted row's histogram bin, as `summary.charts` reads it; NULL without a positive max_tokens or
+# output tokens (guarded: least() and greatest() skip a NULL).
+_BIN = (f"CASE WHEN {SIZED_MAX_TOKENS} > 0 AND output_tokens IS NOT NULL "
+        f"THEN {token_bin('output_tokens', SIZED_MAX_TOKENS)} END")
+# The output tokens a counted row keeps (grouped by `token_bin` and `tokens_logged`): the bin's least
+# whole number if the summary puts it in the bin, else the group's least (`least_tokens`); 0 with no bin.
+_LEAST = f"try_cast(ceil(token_bin * {SIZED_MAX_TOKENS} / {HISTOGRAM_BINS}.0) AS BIGINT)"
+_TOKENS = (f"CASE WHEN token_bin IS NOT NULL THEN CASE WHEN {_LEAST} IS NOT NULL "
+           f"AND {token_bin(_LEAST, SIZED_MAX_TOKENS)} = token_bin "
+           f"THEN {_LEAST} ELSE least_tokens END WHEN tokens_logged THEN 0 END")
 
 
 def _kept(relation: str, examples: int) -> str:
@@ -50,15 +72,19 @@ def _reduced(relation: str, examples: int, ts: str) -> str:
     counted = ", ".join(
         {"ts": f"{ts} AS ts", "repetition": f"CASE WHEN repetition >= {REPETITION_THRESHOLD} THEN "
                                             f"{REPETITION_THRESHOLD} END AS repetition"}.get(name, name)
-        for name in COUNTED)
+        for name in COUNTED if name != "output_tokens")
     nulls = ", ".join(f"NULL AS {name}" for name in RECORD_NAMES if name not in COUNTED)
     return f"""
     SELECT r.*, 1::BIGINT AS weight FROM {relation} r SEMI JOIN kept k
         ON r.line_no = k.line_no AND r.choice IS NOT DISTINCT FROM k.choice
     UNION ALL BY NAME
-    SELECT {counted}, {nulls}, count(*)::BIGINT AS weight FROM (
-        SELECT * FROM {relation} r ANTI JOIN kept k ON r.line_no = k.line_no AND r.choice IS NOT DISTINCT FROM k.choice
-    ) GROUP BY ALL"""
+    SELECT * EXCLUDE (token_bin, tokens_logged, least_tokens), {_TOKENS} AS output_tokens FROM (
+        SELECT {counted}, token_bin, tokens_logged, min(output_tokens) AS least_tokens, {nulls},
+               count(*)::BIGINT AS weight FROM (
+            SELECT *, {_BIN} AS token_bin, output_tokens IS NOT NULL AS tokens_logged FROM (
+                SELECT * FROM {relation} r ANTI JOIN kept k
+                    ON r.line_no = k.line_no AND r.choice IS NOT DISTINCT FROM k.choice)
+        ) GROUP BY ALL)"""
 
 
 def part_sql(relation: str, examples: int) -> str:

@@ -159,8 +159,9 @@ def _grouper(sql: str, arrow_schema):
     return run
 
 
-def _counted(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSettings):
-    """The counted records of one file (Arrow, `partial`'s rows summed over the tasks) and its lines."""
+def counted_records(spark, path: str, vocabulary: TurnVocabulary, settings: LogsSettings):
+    """The counted records of one file (Arrow, `partial`'s rows summed over the tasks: all the
+    driver receives of it) and its number of lines."""
     import pyarrow as pa
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -229,7 +230,7 @@ def analyze_logs_spark(paths: Sequence[str], vocabulary: TurnVocabulary | None =
     lines = 0
     try:
         for path in paths:
-            table, count = _counted(spark, path, vocabulary, settings)
+            table, count = counted_records(spark, path, vocabulary, settings)
             lines += count
             if table is not None:
                 con.register("summed", table)

@@ -61,6 +61,18 @@ def lie_problems(con, examples: int, responses: int,
     return problems, flagged
 
 
+# A record's max_tokens as the histograms read it (logged as text or a number; NULL if neither).
+SIZED_MAX_TOKENS = "try_cast(try_cast(max_tokens AS DOUBLE) AS BIGINT)"
+
+
+def token_bin(output_tokens: str, max_tokens: str) -> str:
+    """SQL: the histogram bin of `output_tokens` against `max_tokens` (SQL expressions, both not
+    NULL, max_tokens > 0), a whole number not yet cast: at or past the budget the last bin
+    (`HISTOGRAM_BINS`), below 0 -1 (no bin shows it), so that no count of tokens overflows the cast.
+    `charts` reads output tokens only through it (and whether they were logged)."""
+    return f"greatest(least(floor({output_tokens} * {HISTOGRAM_BINS}.0 / {max_tokens}), {HISTOGRAM_BINS}), -1)"
+
+
 _BUCKETS = (("1 minute", 60), ("5 minutes", 300), ("15 minutes", 900), ("1 hour", 3600), ("6 hours", 21600),
             ("1 day", 86400), ("7 days", 604800), ("30 days", 2592000))
 
@@ -68,7 +80,7 @@ _BUCKETS = (("1 minute", 60), ("5 minutes", 300), ("15 minutes", 900), ("1 hour"
 def charts(con, histograms: int = 6) -> Charts:
     """Output tokens per (model, max_tokens), the most common pairs first, and finish reasons per
     time bucket (at most 48 buckets) when the lines carry timestamps."""
-    sized = ("SELECT coalesce(model, '(not logged)') AS model, try_cast(try_cast(max_tokens AS DOUBLE) AS BIGINT) AS mt, "
+    sized = (f"SELECT coalesce(model, '(not logged)') AS model, {SIZED_MAX_TOKENS} AS mt, "
              "output_tokens FROM rec WHERE shape IS NOT NULL")
     without = con.execute(f"SELECT count(*) FROM ({sized}) WHERE NOT (mt > 0 AND output_tokens IS NOT NULL)").fetchone()[0]
     pairs = con.execute(f"SELECT model, mt, count(*) FROM ({sized}) WHERE mt > 0 AND output_tokens IS NOT NULL "
@@ -76,7 +88,7 @@ def charts(con, histograms: int = 6) -> Charts:
     shown = []
     for model, max_tokens, total in pairs:
         counts = dict(con.execute(
-            f"SELECT least(CAST(floor(output_tokens * {HISTOGRAM_BINS}.0 / mt) AS INTEGER), {HISTOGRAM_BINS}), count(*) "
+            f"SELECT CAST({token_bin('output_tokens', 'mt')} AS INTEGER), count(*) "
             f"FROM ({sized}) WHERE model = ? AND mt = ? AND output_tokens IS NOT NULL GROUP BY 1",
             [model, max_tokens]).fetchall())
         shown.append(TokenHistogram(model, max_tokens, tuple(counts.get(i, 0) for i in range(HISTOGRAM_BINS)),
