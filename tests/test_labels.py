@@ -588,8 +588,8 @@ def test_a_dataset_is_not_held_to_the_commands_render_deadline(synth_root, tmp_p
     examples = load_examples(_rows_file(tmp_path, ALTERNATING * 400))
     with render_deadline(RenderLimits(max_total_seconds=0.01)):
         result = label_dataset(facts, analysis, examples, "rows")
-        with pytest.raises(StopdoctorError, match="more than 0.01 s in all"):
-            render_chat(facts.template.source, ALTERNATING[0]["messages"])  # the deadline is past
+        # the examples' renders were charged to allowances of their own, not the command's
+        assert render_chat(facts.template.source, ALTERNATING[0]["messages"])
     assert len(result.examples) == len(examples) and all(s.trained for s in result.spans)
 
 

@@ -3,15 +3,19 @@
 The sandbox's hooks (`template.environment`) call in here on every call, attribute/item access,
 arithmetic operator, loop iteration and output append (a plain dict lookup such as
 `message['content']` does no work and skips the clock), so no thread or signal is needed to stop
-a hostile template. Results that can outgrow their inputs (indent, replace, join, format,
+a hostile template.
+
+Time is the render's own CPU time (the thread's clock, read every few hooks), never the wall
+clock: a busy machine, or a command that imports torch or loads a model before it renders, makes a
+render slower, never a template "too slow". Only the time spent inside renders is charged. Results that can outgrow their inputs (indent, replace, join, format,
 expandtabs, tojson(indent), str() of a container) are sized here *before* they are built
 (`predict_*`, `check_text`): one Python call the clock cannot interrupt must not build gigabytes.
 
 - `RenderLimits`: the limits; `TemplateLimitError`: a template stopped by them.
 - `Budget`: one render's clock and work budget, active through `metering` and reached by the
   hooks with `current_budget()`.
-- `render_deadline`: one wall-clock budget shared by every render inside it (a command renders a
-  template many times; `RenderLimits.max_total_seconds`).
+- `render_deadline`: one allowance of render CPU time shared by every render inside it (a command
+  renders a template many times; `RenderLimits.max_total_seconds`).
 
 Imports: the standard library, jinja2 (to size its Namespace), `stopdoctor.core.errors`.
 """
@@ -36,6 +40,7 @@ class RenderLimits:
     """How much a chat template may do before it is refused."""
 
     max_output_chars: int = 2_000_000
+    # CPU seconds of one render (the rendering thread's own time).
     max_seconds: float = 5.0
     max_template_chars: int = 1_000_000
     # Total characters of strings (and items of lists) the template may create while rendering,
@@ -44,8 +49,9 @@ class RenderLimits:
     # Jinja's parser and Python's compile() take ~0.5 ms per tag and cannot be interrupted, so the
     # time limit cannot cover compilation; this bounds it instead (real templates use < 500 tags).
     max_template_tags: int = 2_500
-    # All renders inside one `render_deadline()` together (inspect renders a template ~15 times):
-    # a template just under max_seconds per render must not hold a command for minutes.
+    # CPU seconds of all renders inside one `render_deadline()` together (inspect renders a
+    # template ~15 times): a template just under max_seconds per render must not hold a command
+    # for minutes. Time the command spends outside renders is never charged.
     max_total_seconds: float = 10.0
 
 
@@ -62,22 +68,36 @@ class LimitExceeded(Exception):
 _MAX_INT_DIGITS = 20_000
 
 
+# The thread's CPU clock costs ~0.5 us a read (the wall clock ~0.06 us): read it every few hooks.
+# Between two reads a hook does bounded work (sizes are predicted before anything is built).
+_CLOCK_EVERY = 16
+
+
 class Budget:
-    """One render's limits in force: its deadline, the largest value it may build, and the string
-    work it has left."""
+    """One render's limits in force: the CPU time it may use, the largest value it may build, and
+    the string work it has left. `spent()` is the CPU time it has used so far."""
 
-    __slots__ = ("deadline", "max_value", "work_left", "limits", "overdue")
+    __slots__ = ("started", "cpu_limit", "max_value", "work_left", "limits", "overdue", "ticks")
 
-    def __init__(self, limits: RenderLimits, deadline: float, work: int, overdue: str | None = None) -> None:
+    def __init__(self, limits: RenderLimits, seconds: float, work: int, overdue: str | None = None) -> None:
         self.limits = limits
-        self.deadline = deadline
+        self.started = time.thread_time()
+        self.cpu_limit = self.started + seconds
         self.max_value = limits.max_output_chars
         self.work_left = work
-        self.overdue = overdue or f"it ran longer than {limits.max_seconds:g} s"
+        self.ticks = 0
+        self.overdue = overdue or f"it ran longer than {limits.max_seconds:g} s (its own CPU time)"
 
     def tick(self) -> None:
-        if time.monotonic() > self.deadline:
+        self.ticks += 1
+        if self.ticks % _CLOCK_EVERY == 0 and time.thread_time() > self.cpu_limit:
             raise LimitExceeded(self.overdue)
+
+    def out_of_time(self) -> bool:
+        return time.thread_time() > self.cpu_limit
+
+    def spent(self) -> float:
+        return max(time.thread_time() - self.started, 0.0)
 
     def check_digits(self, digits: int) -> None:
         if digits > _MAX_INT_DIGITS:
@@ -114,18 +134,51 @@ class Budget:
 # Only the size checks apply then (a folded filter that fails is simply computed at render time).
 _COMPILE_BUDGET = Budget(RenderLimits(), float("inf"), 1 << 62)
 _ACTIVE: ContextVar[Budget | None] = ContextVar("stopdoctor_template_budget", default=None)
-# (monotonic deadline, seconds) shared by every render inside `render_deadline`.
-_OVERALL: ContextVar[tuple[float, float] | None] = ContextVar("stopdoctor_render_deadline", default=None)
+
+
+class RenderAllowance:
+    """CPU seconds that every render inside one `render_deadline` shares; a nested allowance (not
+    `own`) also spends its parent's."""
+
+    __slots__ = ("seconds", "spent", "parent")
+
+    def __init__(self, seconds: float, parent: RenderAllowance | None) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+        self.parent = parent
+
+    def left(self) -> float:
+        own = self.seconds - self.spent
+        return own if self.parent is None else min(own, self.parent.left())
+
+    def charge(self, seconds: float) -> None:
+        allowance: RenderAllowance | None = self
+        while allowance is not None:
+            allowance.spent += seconds
+            allowance = allowance.parent
+
+    def limit_seconds(self) -> float:
+        """The total of the allowance that runs out first (for the message)."""
+        allowance: RenderAllowance | None = self
+        seconds, best = self.seconds, self.seconds - self.spent
+        while allowance is not None:
+            if allowance.seconds - allowance.spent < best:
+                seconds, best = allowance.seconds, allowance.seconds - allowance.spent
+            allowance = allowance.parent
+        return seconds
+
+
+_OVERALL: ContextVar[RenderAllowance | None] = ContextVar("stopdoctor_render_deadline", default=None)
 
 
 @contextmanager
 def render_deadline(limits: RenderLimits = RenderLimits(), own: bool = False) -> Iterator[None]:
-    """Give every template render inside one shared deadline of `limits.max_total_seconds` (an
-    enclosing, earlier deadline wins, unless `own`: work that grows with the input, such as one
-    dataset example, gets a deadline of its own). Each render still has its own `max_seconds`."""
-    deadline = (time.monotonic() + limits.max_total_seconds, limits.max_total_seconds)
+    """Give every template render inside one shared allowance of `limits.max_total_seconds` of
+    render CPU time (an enclosing allowance is spent too, unless `own`: work that grows with the
+    input, such as one dataset example, gets an allowance of its own). Each render still has its
+    own `max_seconds`. Time outside renders (imports, model loads, a busy machine) is never charged."""
     outer = None if own else _OVERALL.get()
-    token = _OVERALL.set(min(outer, deadline) if outer is not None else deadline)
+    token = _OVERALL.set(RenderAllowance(limits.max_total_seconds, outer))
     try:
         yield
     finally:
@@ -133,20 +186,30 @@ def render_deadline(limits: RenderLimits = RenderLimits(), own: bool = False) ->
 
 
 def overall_deadline_passed() -> bool:
-    """Whether the enclosing `render_deadline` has run out: every later render would fail too."""
+    """Whether the enclosing `render_deadline`'s allowance is spent: every later render would fail too."""
     overall = _OVERALL.get()
-    return overall is not None and time.monotonic() >= overall[0]
+    return overall is not None and overall.left() <= 0
 
 
 def render_budget(limits: RenderLimits) -> Budget:
-    """A budget for one render: `limits.max_seconds` from now, or the shared deadline of an
-    enclosing `render_deadline` when that comes first."""
-    own = time.monotonic() + limits.max_seconds
+    """A budget for one render: `limits.max_seconds` of its own CPU time, or what is left of an
+    enclosing `render_deadline`'s allowance when that is less."""
     overall = _OVERALL.get()
-    if overall is not None and overall[0] < own:
-        return Budget(limits, overall[0], limits.max_work_chars,
-                      f"rendering the template took more than {overall[1]:g} s in all")
-    return Budget(limits, own, limits.max_work_chars)
+    if overall is not None and overall.left() < limits.max_seconds:
+        return Budget(limits, overall.left(), limits.max_work_chars,
+                      f"rendering the template took more than {overall.limit_seconds():g} s of CPU time in all")
+    return Budget(limits, limits.max_seconds, limits.max_work_chars)
+
+
+@contextmanager
+def charged(budget: Budget) -> Iterator[Budget]:
+    """Charge the CPU time `budget`'s render uses to the enclosing allowance when the block ends."""
+    try:
+        yield budget
+    finally:
+        overall = _OVERALL.get()
+        if overall is not None:
+            overall.charge(budget.spent())
 
 
 @contextmanager

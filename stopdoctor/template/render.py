@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,14 @@ import jinja2.exceptions
 
 from stopdoctor.core.errors import InputError, TemplateError
 from stopdoctor.template.environment import GenerationRecorder, TemplateRaised, recording, sandbox_environment
-from stopdoctor.template.limits import LimitExceeded, RenderLimits, TemplateLimitError, metering, render_budget
+from stopdoctor.template.limits import (
+    LimitExceeded,
+    RenderLimits,
+    TemplateLimitError,
+    charged,
+    metering,
+    render_budget,
+)
 
 __all__ = [
     "ChatRenderer",
@@ -153,12 +159,12 @@ class CompiledTemplate:
         `generation_spans` is a list, the (start, end) character span of every
         `{% generation %}` block is appended to it."""
         budget = render_budget(limits)
-        if time.monotonic() > budget.deadline:  # the shared deadline is past already
+        if budget.out_of_time():  # the shared allowance is spent already
             raise _convert(LimitExceeded(budget.overdue))
         recorder = GenerationRecorder() if generation_spans is not None else None
         chunks: list[str] = []
         total = 0
-        with metering(budget), recording(recorder):
+        with charged(budget), metering(budget), recording(recorder):
             generator = self._template.generate(**variables)
             try:
                 for chunk in generator:
