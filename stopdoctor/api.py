@@ -440,6 +440,13 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
     return GenerationPlan(context, prompts, stop_set, reference)
 
 
+def check_device(device: str) -> None:
+    """Refuse a `generate --device` that cannot be used, before the model or torch loads."""
+    from stopdoctor.actions.generate.local import check_device as refuse_unusable
+
+    refuse_unusable(device)
+
+
 def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
                  progress: Callable[[str], None] | None = None) -> Any:
     """The model loaded with transformers (torch, imported here, lazily)."""
