@@ -25,6 +25,7 @@ class Contender:
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
     ok: tuple[int, ...] = (0, 1)
+    cwd: str | None = None  # `python -m` puts the working folder first on sys.path: a checkout runs from its own
     walls: list[float] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
 
@@ -32,7 +33,7 @@ class Contender:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              env={**os.environ, **self.env})
+                              env={**os.environ, **self.env}, cwd=self.cwd or self.env.get("PYTHONPATH"))
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode not in self.ok:
