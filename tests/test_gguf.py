@@ -424,3 +424,32 @@ def test_tokenizer_without_vocabulary_is_an_input_error(tmp_path: Path) -> None:
     header = read_header(write_gguf(tmp_path / "bare.gguf", lambda w: None, tensor=False))
     with pytest.raises(InputError, match="no vocabulary"):
         header_to_tokenizer(header)
+
+
+def test_the_vectorised_string_walk_equals_the_walk_one_by_one() -> None:
+    """Empty strings, runs of NULs inside strings, strings of 256+ bytes, padding after the array:
+    the offsets found without a Python step per string are those of the checked walk."""
+    import random
+
+    from stopdoctor.facts.gguf import _Parser  # the walk itself is what is tested
+
+    rng = random.Random(28)
+    for _ in range(300):
+        strings = []
+        for _ in range(rng.randint(1, 60)):
+            roll = rng.random()
+            if roll < 0.15:
+                strings.append(b"")
+            elif roll < 0.25:
+                strings.append(b"\x00" * rng.randint(1, 12))
+            elif roll < 0.3:
+                strings.append(bytes(rng.randrange(256) for _ in range(rng.randint(256, 300))))
+            else:
+                strings.append(bytes(rng.choice(b"ab\x00c\x01") for _ in range(rng.randint(1, 10))))
+        lead = b"\x07" * rng.randint(0, 5)
+        data = lead + b"".join(struct.pack("<Q", len(s)) + s for s in strings) + b"\x00" * rng.randint(0, 40)
+        fast, careful = _Parser(Path("x.gguf"), data), _Parser(Path("x.gguf"), data)
+        fast.pos = careful.pos = len(lead)
+        starts, end = fast.walk_strings(len(strings))
+        expected, expected_end = careful.walk_strings_checked(len(strings))
+        assert starts.tolist() == expected.tolist() and end == expected_end
