@@ -98,7 +98,8 @@ class LazyStrings(Sequence[str]):
     def _indices(self, texts: Iterable[str], last: bool) -> dict[str, int]:
         """Only strings of a wanted byte length and first byte are decoded: a few lookups in a
         262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
-        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts}
+        # llama.cpp never looks up an empty text; a linear search (`first`) finds an empty token
+        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t or not last}
         if not wanted or not len(self._starts):
             return {}
         if self._items is not None:
