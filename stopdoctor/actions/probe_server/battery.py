@@ -159,7 +159,8 @@ def run_probes(url: str, transport: Transport, model: str | None, settings: Sett
     try:
         identity = identify(transport, model)  # an unreachable server stops here: exit 2
     except ServerBroken as error:
-        identity = ServerIdentity(model=model, seen={"error": str(error)})
+        # The first request already meets a broken server (a redirect, an endless answer): no probe can run.
+        raise InputError(f"{url}: cannot probe the server: {error}") from None
     expectation = expected_of(identity.engine, identity.version)
     client = ServerClient(transport, identity.model)
     shared: dict[str, Any] = {}
