@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import ColorOpt, FormatOpt, JsonOpt, OutputOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.app import ColorOpt, JsonOpt, OutputOpt, app, chosen_format, handles_errors
 from stopdoctor.cli.output import say, working, write_report
 
 FORMATS = ("human", "json")

@@ -16,7 +16,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from stopdoctor.actions.probe_server.battery import FAIL, STATUSES, WARN, ServerProbeReport
+from stopdoctor.actions.probe_server.battery import ServerProbeReport
+from stopdoctor.actions.probe_server.probe import FAIL, STATUSES, WARN
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.document import header
 

@@ -1,7 +1,7 @@
-"""The probe battery: the result types, the probes in order with their bounds, and the runner.
+"""The probe battery: the probes in order with their bounds, the runner, and its report.
 
-Each probe is a function of a `ProbeContext` that returns (status, summary, figures) and records
-its evidence in the context. The runner meters every probe's requests (a probe past its own
+Each probe is a function of a `ProbeContext` (`probe.py`) that returns (status, summary, figures)
+and records its evidence in the context. The runner meters every probe's requests (a probe past its own
 declared count is a bug), stops the battery at its time bound, and turns a broken server into one
 line on the probe that met it; after `BROKEN_LIMIT` probes in a row meet it, the rest are skipped.
 `run_probes` runs any subset by name, so `check --live` and `generate --server` can ask for the
@@ -14,30 +14,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from stopdoctor.actions.probe_server.client import Answer, ServerClient, Streamed
+from stopdoctor.actions.probe_server import server_probes as s
+from stopdoctor.actions.probe_server import stop_probes as t
+from stopdoctor.actions.probe_server.client import ServerClient
+from stopdoctor.actions.probe_server.probe import FAIL, SKIP, Outcome, ProbeContext, ProbeResult
 from stopdoctor.actions.probe_server.http import Bounds, BoundedHttp, Reply, ServerBroken, Transport
 from stopdoctor.actions.probe_server.identify import ServerIdentity, identify
 from stopdoctor.core.errors import InputError
 from stopdoctor.runtimes.expected import EngineExpectation, expected_of
 
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-STATUSES = (PASS, FAIL, WARN, SKIP)
 BROKEN_LIMIT = 2
-Outcome = tuple[str, str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    name: str
-    status: str  # pass | fail | warn | skip
-    summary: str  # one line
-    evidence: tuple[dict[str, Any], ...] = ()
-    figures: dict[str, Any] = field(default_factory=dict)
-    requests: int = 0
-    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,36 +79,6 @@ class Metered:
         return self.inner.stream(path, body)
 
 
-@dataclass
-class ProbeContext:
-    """What a probe may use: a greedy client (metered), what the server said it is, what the
-    tables expect of it, answers earlier probes already paid for, and the evidence list."""
-
-    client: ServerClient
-    identity: ServerIdentity
-    expectation: EngineExpectation
-    shared: dict[str, Any]
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-
-    def keep(self, answer: Answer | Streamed) -> Any:
-        self.evidence.append(answer.evidence())
-        return answer
-
-    def chat(self, question: str, **params: Any) -> Answer:
-        return self.keep(self.client.chat([{"role": "user", "content": question}], **params))
-
-    def chat_stream(self, question: str, max_chunks: int | None = None, **params: Any) -> Streamed:
-        return self.keep(self.client.chat_stream([{"role": "user", "content": question}], max_chunks, **params))
-
-    def cached(self, key: str, make: Callable[[], Any]) -> Any:
-        """An answer another probe may already have asked for (same request, greedy: same answer)."""
-        if key not in self.shared:
-            self.shared[key] = make()
-        else:
-            self.evidence.append({**self.shared[key].evidence(), "reused": True})
-        return self.shared[key]
-
-
 @dataclass(frozen=True)
 class Probe:
     name: str
@@ -128,9 +87,6 @@ class Probe:
 
 
 def all_probes() -> tuple[Probe, ...]:
-    from stopdoctor.actions.probe_server import server_probes as s
-    from stopdoctor.actions.probe_server import stop_probes as t
-
     return (Probe("server", s.server_probe, 0), Probe("end-of-turn", t.end_of_turn, 1),
             Probe("stop-string", t.stop_string, 6), Probe("stop-held-back", t.stop_held_back, 4),
             Probe("finish-reason", t.finish_reason, 4), Probe("default-budget", s.default_budget, 2),

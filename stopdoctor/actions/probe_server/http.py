@@ -163,7 +163,11 @@ class BoundedHttp:
             connection.close()
             raise ServerBroken(f"{method} {path}: redirected (HTTP {response.status} to {where[:120]}); "
                                "stopdoctor does not follow redirects: give the final URL")
-        self._count_status(response.status, method, path)
+        try:
+            self._count_status(response.status, method, path)
+        except ServerBroken:
+            connection.close()
+            raise
         return connection, response, deadline
 
     def _count_status(self, status: int, method: str, path: str) -> None:

@@ -8,6 +8,7 @@ Imports: core, actions.probe_server.http.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,7 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
     elif (reply := _get(transport, "/api/version")) is not None and isinstance(reply.data.get("version"), str):
         facts.update(engine="ollama", version=reply.data["version"], told_by="/api/version")
         seen["/api/version"] = reply.data["version"]
+        facts["context"] = _ollama_context(transport, chosen) or facts["context"]
     elif (reply := _get(transport, "/info")) is not None and "model_id" in reply.data:
         facts.update(engine="tgi", version=reply.data.get("version"), told_by="/info",
                      context=_int(reply.data.get("max_input_tokens")) or _int(reply.data.get("max_input_length")))
@@ -81,6 +83,18 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
     return ServerIdentity(facts.get("engine"), facts.get("version"), facts.get("told_by"), chosen, ids,
                           facts.get("context"), facts.get("default_max_tokens"), facts.get("eos_token"),
                           facts.get("supports_tools"), seen)
+
+
+def _ollama_context(transport: Transport, model: str | None) -> int | None:
+    """Ollama's num_ctx as the model's parameters set it (`/api/show`); None when they do not: the
+    default then depends on the machine's VRAM (`runtimes.defaults.OLLAMA_CONTEXT`)."""
+    try:
+        reply = transport.post("/api/show", {"model": model})
+    except ServerBroken:
+        return None
+    parameters = reply.data.get("parameters") if reply.ok and isinstance(reply.data, dict) else None
+    match = re.search(r"(?m)^\s*num_ctx\s+(\d+)", parameters) if isinstance(parameters, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _llama_props(transport: Transport, facts: dict[str, Any], seen: dict[str, Any]) -> None:

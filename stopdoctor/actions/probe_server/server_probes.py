@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from stopdoctor.actions.generate.stream import StreamCapture, stream_issues
-from stopdoctor.actions.probe_server.battery import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
+from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
 from stopdoctor.actions.probe_server.stop_probes import END_MARKERS, SHORT_QUESTION, refused_outcome, short_answer
 
 COUNT_QUESTION = "Count from 1 to 1000, separated by commas."

@@ -3,7 +3,7 @@
 Each derives what it needs (a word to stop on, an answer's tail) from a greedy answer of the same
 server, so it holds for whatever the served model says.
 
-Imports: analysis.diagnose (turn finding), actions.probe_server.battery/client.
+Imports: analysis.diagnose (turn finding), actions.probe_server.probe/client.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from stopdoctor.actions.probe_server.battery import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
+from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
 from stopdoctor.actions.probe_server.client import Answer
 from stopdoctor.analysis.diagnose import find_turns
 
