@@ -71,8 +71,12 @@ def default_budget(ctx: ProbeContext) -> Outcome:
         else:
             figures[route] = {"at_least": tokens, "finish_reason": streamed.finish_reason}
             lines.append(f"{route}: the model ended by itself after {tokens} tokens; no budget below that")
-    if ctx.identity.default_max_tokens is not None:
-        figures["props_n_predict"] = ctx.identity.default_max_tokens
+    said = ctx.identity.default_max_tokens
+    if said is not None:
+        figures["props_n_predict"] = said
+        seen = figures.get("chat", {}).get("tokens")
+        if seen is not None and seen != said:  # llama.cpp b10434 keeps -1 in /props under `-n 16`
+            lines.append(f"/props says n_predict {said}: only a request shows the budget")
     if warned:
         return WARN, "; ".join(lines) + f" (below {BUDGET_WARN}: a reasoning model or a long answer is cut)", figures
     return PASS, "; ".join(lines), figures
