@@ -516,14 +516,19 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
 
 
 def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
-                 only: Iterable[str] | None = None, settings: Any = None) -> Any:
+                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
     """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
     `api_key_env` names the variable holding the API key (never the key itself: it would land in
-    shell history). An unreachable server or a bad URL raises InputError (exit 2)."""
+    shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
+    unreachable server or a bad URL raises InputError (exit 2)."""
     import os
 
     from stopdoctor.actions.probe_server.battery import Settings
     from stopdoctor.actions.probe_server.battery import probe_server as run_battery
+    from stopdoctor.actions.probe_server.http import Bounds
+
+    if settings is None and request_s is not None:
+        settings = Settings(Bounds(request_s=request_s))
 
     api_key = None
     if api_key_env is not None:

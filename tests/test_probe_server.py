@@ -161,3 +161,13 @@ def test_the_json_schema_fields():
         assert probe["status"] in ("pass", "fail", "warn", "skip")
     answered = [e for p in doc["probes"] for e in p["evidence"] if "request" in e]
     assert answered and all({"request", "answer", "finish_reason", "usage"} <= set(e) for e in answered)
+
+
+def test_timeout_bounds_each_answer_and_a_bad_timeout_is_exit_2():
+    behaviour = Behaviour(hostile="endless-chunk")
+    with standin_server(behaviour) as url:
+        run = cli("probe-server", url, "--timeout", "0.5", "--json")
+        bad = cli("probe-server", url, "--timeout", "-1")
+    doc = run.json()
+    assert run.code == 1 and "did not end within 0.5 s" in doc["probes"][1]["summary"]
+    assert bad.code == 2 and "--timeout" in bad.stderr

@@ -16,7 +16,8 @@ import threading
 import pytest
 
 from stopdoctor import api
-from stopdoctor.actions.probe_server.battery import PROBE_NAMES, all_probes
+from stopdoctor.actions.probe_server.battery import PROBE_NAMES, Settings, all_probes
+from stopdoctor.actions.probe_server.http import Bounds
 from tests.helpers import cli
 from tests.llamaserver_fixture import running_llama_server
 
@@ -112,7 +113,9 @@ def test_a_plain_http_server_is_no_openai_server(tmp_path):
 def test_transformers_serve_on_the_broken_eos_model_fails_end_of_turn(served_broken):
     # The broken-eos SmolLM2 never stops under transformers (its generation_config eos is not
     # <|im_end|>): the server strips the special tokens, and the probe still sees the next turn.
-    result = api.probe_server(served_broken, only=["end-of-turn"])
+    # transformers serve loads the model on the first request and writes ~2 tokens a second on a
+    # busy CPU: a request bound that allows for it (the default is 20 s).
+    result = api.probe_server(served_broken, only=["end-of-turn"], settings=Settings(Bounds(request_s=600.0)))
     (probe,) = result.probes
     assert probe.status == "fail" and "finish 'length'" in probe.summary, probe.summary
     assert "the model wrote the next turn itself" in probe.summary

@@ -24,6 +24,8 @@ def probe_server(
                                               help="The served model to ask (default: the first of /v1/models).")] = None,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", metavar="VAR", show_default=False,
                                                     help="Environment variable holding the API key (sent as a Bearer token).")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", metavar="SECONDS", show_default=False,
+                                                  help="Longest wait for one whole answer, connect to last byte (default 20).")] = None,
     json: JsonOpt = False,
     format: Annotated[str | None, typer.Option("--format", help="human or json (default: human; --json is --format json).",
                                                show_default=False)] = None,
@@ -33,13 +35,17 @@ def probe_server(
     """Probe a live server: does it end turns, honour stop strings, flush held text, report finish reasons truthfully?"""
     from stopdoctor.core.errors import InputError
 
+    import math
+
     chosen = chosen_format(format, json)
     if chosen not in FORMATS:
         raise InputError(f"--format {chosen}: probe-server writes {' or '.join(FORMATS)}")
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= 3600):
+        raise InputError(f"--timeout {timeout}: give seconds between 0 and 3600")
     from stopdoctor.api import probe_server as run, probe_server_report
 
     with working(f"probing {url}…"):
-        result = run(url, model, api_key_env)
+        result = run(url, model, api_key_env, request_s=timeout)
     report = probe_server_report(result)
     write_report(report, chosen, output, color)
     failed = [p.name for p in result.failed]
