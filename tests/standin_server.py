@@ -44,6 +44,7 @@ class Behaviour:
     context: int | None = 4096
     cut_prompt: bool = False  # a prompt past the context is cut silently, not refused
     think: str | None = None  # "split" (reasoning_content) | "in-content" (<think> in content)
+    long_thought: bool = False  # the thought runs past 64 tokens (unless thinking is switched off)
     split_utf8: bool = False  # a streamed multi-byte character is cut between two chunks
     hostile: str | None = None  # redirect | 500 | bad-utf8 | endless-stream | endless-chunk
     default_budget: int | None = None  # max_tokens when the request names none
@@ -67,7 +68,8 @@ def _answer_of(body: dict[str, Any], behaviour: Behaviour) -> str:
         answer = COUNTING if question.startswith("Count from 1") else ANSWERS.get(question, "I do not know.")
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
         # No reasoning parser: the thought is part of the text the server returns.
-        return f"<think>{THOUGHT}</think>{answer}" if behaviour.think == "in-content" and thinking else answer
+        thought = " ".join([THOUGHT] * (20 if behaviour.long_thought else 1))
+        return f"<think>{thought}</think>{answer}" if behaviour.think == "in-content" and thinking else answer
     return COMPLETIONS.get(str(body.get("prompt", "")), " and so on.")
 
 

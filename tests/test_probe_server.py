@@ -63,6 +63,8 @@ def test_the_standin_holds_back_stop_prefixes_and_flushes_them_at_the_budget():
     (Behaviour(think="split"), "reasoning-split", "pass", "reasoning_content"),
     (Behaviour(think="in-content"), "reasoning-split", "fail", "the thought stayed in content"),
     (Behaviour(), "reasoning-split", "skip", "did not think"),
+    # A model that thinks past the end-of-turn budget: asked again with thinking off, it ends its turn.
+    (Behaviour(think="in-content", long_thought=True), "end-of-turn", "pass", "ended with finish 'stop'"),
 ])
 def test_each_probe_on_a_standin_shape(behaviour, probe, status, said):
     result = _probe(behaviour, probe)

@@ -11,7 +11,8 @@ from typing import Any
 
 from stopdoctor.actions.generate.stream import StreamCapture, stream_issues
 from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
-from stopdoctor.actions.probe_server.stop_probes import END_MARKERS, SHORT_QUESTION, refused_outcome, short_answer
+from stopdoctor.actions.probe_server.stop_probes import (END_MARKERS, SHORT_QUESTION, THINK_CLOSE, refused_outcome,
+                                                        short_answer, thinks)
 
 COUNT_QUESTION = "Count from 1 to 1000, separated by commas."
 BUDGET_READ = 256  # tokens read before hanging up: a default budget below this is seen
@@ -19,7 +20,6 @@ BUDGET_WARN = 256  # a reasoning model needs more; the 16 and 128 token defaults
 CONTEXT_SENDABLE = 32768  # a longer served context takes too long to overflow in a probe
 FILLER = "The quick brown fox jumps over the lazy dog. "
 EMOJI_QUESTION = "Write three emoji for happy, sad and love, nothing else."
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 def server_probe(ctx: ProbeContext) -> Outcome:
@@ -118,11 +118,16 @@ def _compare(whole: Any, streamed: Any, specials: tuple[str, ...]) -> list[str]:
                             streamed.done)
     problems = [f"{i.kind}: {i.detail}" for i in stream_issues(capture, whole.text or "", (), specials)
                 if i.kind != "no-done"]
-    if not problems and streamed.text != (whole.text or ""):
-        problems.append(f"the stream is {streamed.text[:80]!r}, the answer {(whole.text or '')[:80]!r}")
     if streamed.finish_reason is None:
         problems.append("no chunk carried a finish_reason")
     return problems
+
+
+def _diverged(whole: Any, streamed: Any) -> list[str]:
+    """Another text with no stream defect to name: a batched server's greedy decoding may vary."""
+    if streamed.error or streamed.text == (whole.text or ""):
+        return []
+    return [f"the stream is {streamed.text[:80]!r}, the whole answer {(whole.text or '')[:80]!r}"]
 
 
 def stream_whole(ctx: ProbeContext) -> Outcome:
@@ -134,7 +139,7 @@ def stream_whole(ctx: ProbeContext) -> Outcome:
     emoji_whole = ctx.chat(EMOJI_QUESTION, max_tokens=16)
     emoji_stream = ctx.chat_stream(EMOJI_QUESTION, max_tokens=16, **asked)
     problems = _compare(whole, streamed, END_MARKERS) + _compare(emoji_whole, emoji_stream, END_MARKERS)
-    notes = []
+    notes = [] if problems else _diverged(whole, streamed) + _diverged(emoji_whole, emoji_stream)
     if streamed.usage is None or emoji_stream.usage is None:
         notes.append("no usage in the stream though stream_options.include_usage asked for it")
     if not (streamed.done and emoji_stream.done):
@@ -143,20 +148,15 @@ def stream_whole(ctx: ProbeContext) -> Outcome:
     if problems:
         return FAIL, "; ".join(problems + notes), figures
     if notes:
-        return WARN, "the streams equal the answers; " + "; ".join(notes), figures
+        return WARN, "; ".join(notes), figures
     return PASS, "the streams equal the whole answers, characters whole, finish_reason and usage in the last chunks", figures
-
-
-def _thinks(answer: Any) -> bool:
-    text = answer.text or ""
-    return bool(answer.reasoning) or THINK_OPEN in text or THINK_CLOSE in text
 
 
 def reasoning_split(ctx: ProbeContext) -> Outcome:
     first = short_answer(ctx)
     if (refused := refused_outcome(first)) is not None:
         return refused
-    if not _thinks(first):
+    if not thinks(first):
         return SKIP, "the model did not think (no reasoning field, no <think> in the answer): nothing to split", {}
     answer = ctx.chat(SHORT_QUESTION, max_tokens=512)
     text = answer.text or ""
@@ -169,7 +169,7 @@ def reasoning_split(ctx: ProbeContext) -> Outcome:
     elif answer.reasoning and not text.strip() and answer.finish_reason == "stop":
         problems.append("the answer is empty: everything landed in the thought")
     off = ctx.chat(SHORT_QUESTION, max_tokens=128, chat_template_kwargs={"enable_thinking": False})
-    if off.error is None and _thinks(off) and (off.reasoning or "").strip():
+    if off.error is None and thinks(off) and (off.reasoning or "").strip():
         notes.append("chat_template_kwargs enable_thinking=false was not honoured: the model still thought")
     words = [w for w in (answer.reasoning or "").split() if len(w) >= 5 and w.isalpha() and w not in text]
     if words:
