@@ -173,3 +173,12 @@ def test_timeout_bounds_each_answer_and_a_bad_timeout_is_exit_2():
     doc = run.json()
     assert run.code == 1 and "did not end within 0.5 s" in doc["probes"][1]["summary"]
     assert bad.code == 2 and "--timeout" in bad.stderr
+
+
+def test_json_nested_past_the_bound_is_a_broken_server_not_a_recursion_error():
+    from stopdoctor.actions.probe_server.http import ServerBroken, parse_json
+
+    assert parse_json('{"a": [1, {"b": "[[[["}]}', Bounds(), "GET /x") == {"a": [1, {"b": "[[[["}]}
+    with pytest.raises(ServerBroken, match="deeper than 64"):
+        parse_json("[" * 100_000 + "]" * 100_000, Bounds(), "GET /x")
+    assert parse_json("not json", Bounds(), "GET /x") is None
