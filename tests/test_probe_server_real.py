@@ -52,6 +52,8 @@ def test_llama_server_b10434_smollm2_the_whole_battery(llama_server):
     # The held-back tail is what the stream lost; the whole answer has it.
     lost = held["figures"]["lost"]
     assert lost.strip() and lost.endswith(held["figures"]["tail"]) and "never sent" in held["summary"]
+    stop = next(p for p in doc["probes"] if p["name"] == "stop-string")
+    assert all(count >= 2 for count in stop["figures"]["stop_tokens"].values()), stop["figures"]
     context = next(p for p in doc["probes"] if p["name"] == "context")
     assert context["figures"]["sent_tokens"] > 2048 and "HTTP 400" in context["summary"]
     assert doc["requests"] <= IDENTITY_ROUTES + sum(p.max_requests for p in all_probes())

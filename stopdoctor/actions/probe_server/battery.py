@@ -88,7 +88,7 @@ class Probe:
 
 def all_probes() -> tuple[Probe, ...]:
     return (Probe("server", s.server_probe, 0), Probe("end-of-turn", t.end_of_turn, 2),
-            Probe("stop-string", t.stop_string, 6), Probe("stop-held-back", t.stop_held_back, 4),
+            Probe("stop-string", t.stop_string, 7), Probe("stop-held-back", t.stop_held_back, 4),
             Probe("finish-reason", t.finish_reason, 4), Probe("default-budget", s.default_budget, 2),
             Probe("context", s.context, 3), Probe("stream-whole", s.stream_whole, 4),
             Probe("reasoning-split", s.reasoning_split, 4))

@@ -141,7 +141,10 @@ def stop_string(ctx: ProbeContext) -> Outcome:
         kept = ctx.chat(LONG_QUESTION, max_tokens=LONG_BUDGET, stop=[word], include_stop_str_in_output=True)
         if not (kept.text or "").endswith(word):
             problems.append(f"include_stop_str_in_output: the answer does not end with {word!r}")
-    figures = {"stops": stops}
+    figures: dict[str, Any] = {"stops": stops}
+    counts = {stop: _token_count(ctx, stop) for stop in stops} if ctx.identity.engine == "llama.cpp" else {}
+    if counts and None not in counts.values():
+        figures["stop_tokens"] = counts  # llama.cpp /tokenize: the evidence that each stop is several tokens
     failed = [p for p in problems if p and not p.startswith(DIVERGED)]
     diverged = [p[len(DIVERGED):] for p in problems if p and p.startswith(DIVERGED)]
     if failed:
@@ -149,6 +152,13 @@ def stop_string(ctx: ProbeContext) -> Outcome:
     if diverged:
         return WARN, "the greedy answer changed between requests, no verdict: " + "; ".join(diverged), figures
     return PASS, f"{' and '.join(repr(s) for s in stops)} ended the answer, whole and streamed, and stayed out of it", figures
+
+
+def _token_count(ctx: ProbeContext, text: str) -> int | None:
+    """How many tokens llama.cpp's `/tokenize` makes of `text` (no special tokens added)."""
+    reply = ctx.client.transport.post("/tokenize", {"content": text, "add_special": False})
+    tokens = reply.data.get("tokens") if reply.ok and isinstance(reply.data, dict) else None
+    return len(tokens) if isinstance(tokens, list) else None
 
 
 def held_early(chunks: tuple[str, ...], stop: str) -> str | None:
