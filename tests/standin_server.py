@@ -263,6 +263,7 @@ def standin_server(behaviour: Behaviour) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.handle_error = lambda request, address: None  # a client that hangs up is no error here
     server.daemon_threads = True
+    server.block_on_close = False  # an endless handler must not hold the test up once the client left
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

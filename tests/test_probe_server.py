@@ -182,3 +182,16 @@ def test_json_nested_past_the_bound_is_a_broken_server_not_a_recursion_error():
     with pytest.raises(ServerBroken, match="deeper than 64"):
         parse_json("[" * 100_000 + "]" * 100_000, Bounds(), "GET /x")
     assert parse_json("not json", Bounds(), "GET /x") is None
+
+
+@pytest.mark.parametrize("hostile", ["endless-stream", "endless-chunk"])
+def test_a_streamed_request_to_an_endless_server_ends_at_its_bound(hostile):
+    from stopdoctor.actions.probe_server.client import ServerClient
+    from stopdoctor.actions.probe_server.http import BoundedHttp, ServerBroken
+
+    behaviour = Behaviour(hostile=hostile)
+    with standin_server(behaviour) as url:
+        client = ServerClient(BoundedHttp(url, Bounds(request_s=1.0, max_bytes=1024 * 1024)), "standin-model")
+        with pytest.raises(ServerBroken, match="did not end within 1 s|longer than"):
+            client.chat_stream([{"role": "user", "content": "What is 2+2?"}], max_tokens=8)
+    assert behaviour.requests == ["POST /v1/chat/completions"]

@@ -175,14 +175,14 @@ class BoundedHttp:
         if self._errors_in_a_row >= self.bounds.max_server_errors:
             raise ServerBroken(f"{method} {path}: HTTP {status} on {self._errors_in_a_row} requests in a row")
 
-    def _read_some(self, connection, response, deadline: float, size: int, line: bool = False) -> bytes:
+    def _read_some(self, connection, response, deadline: float, size: int) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise ServerBroken(f"the answer did not end within {self.bounds.request_s:g} s")
         if connection.sock is not None:
             connection.sock.settimeout(left)  # one read may wait only as long as the request has left
         try:
-            return response.readline(size) if line else response.read1(size)
+            return response.read1(size)
         except (TimeoutError, socket.timeout):
             raise ServerBroken(f"the answer did not end within {self.bounds.request_s:g} s") from None
         except (OSError, http.client.HTTPException, ValueError) as error:
@@ -226,21 +226,26 @@ class BoundedHttp:
                 head = self._read_some(connection, response, deadline, 600)
                 raise ServerRejected(response.status, head.decode("utf-8", "replace")[:300])
             total = 0
+            pending = b""
             while True:
-                raw = self._read_some(connection, response, deadline, self.bounds.max_line + 1, line=True)
-                if not raw:
-                    return
-                total += len(raw)
-                if len(raw) > self.bounds.max_line and not raw.endswith(b"\n"):
-                    raise ServerBroken(f"POST {path}: a streamed line is longer than {self.bounds.max_line} bytes")
+                # read1, not readline: a line that trickles in a byte at a time must still meet the deadline.
+                data = self._read_some(connection, response, deadline, 65536)
+                total += len(data)
                 if total > self.bounds.max_bytes:
                     raise ServerBroken(f"POST {path}: the stream is longer than {self.bounds.max_bytes} bytes")
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError as error:
-                    raise ServerBroken(f"POST {path}: the stream is not valid UTF-8 (byte {error.start} of a line)") from None
-                if line.startswith("data:"):
-                    yield line[5:].strip()
+                pending += data
+                *lines, pending = pending.split(b"\n") if data else (*pending.split(b"\n"), b"")
+                if len(pending) > self.bounds.max_line:
+                    raise ServerBroken(f"POST {path}: a streamed line is longer than {self.bounds.max_line} bytes")
+                for raw in lines:
+                    try:
+                        line = raw.decode("utf-8").strip()
+                    except UnicodeDecodeError as error:
+                        raise ServerBroken(f"POST {path}: the stream is not valid UTF-8 (byte {error.start} of a line)") from None
+                    if line.startswith("data:"):
+                        yield line[5:].strip()
+                if not data:
+                    return
         finally:
             connection.close()  # also when the reader stops early: the server sees the client leave
 
