@@ -195,3 +195,13 @@ def test_a_streamed_request_to_an_endless_server_ends_at_its_bound(hostile):
         with pytest.raises(ServerBroken, match="did not end within 1 s|longer than"):
             client.chat_stream([{"role": "user", "content": "What is 2+2?"}], max_tokens=8)
     assert behaviour.requests == ["POST /v1/chat/completions"]
+
+
+def test_output_file_gets_the_document_and_stdout_stays_empty(tmp_path):
+    target = tmp_path / "out" / "probe.json"
+    with standin_server(Behaviour()) as url:
+        run = cli("probe-server", url, "--json", "-o", str(target))
+    assert run.code == 0 and run.stdout == "" and f"wrote json report to {target}" in run.stderr
+    import json
+
+    assert json.loads(target.read_text())["schema"] == "stopdoctor.probe-server/1"
