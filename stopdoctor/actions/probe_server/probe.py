@@ -59,3 +59,12 @@ class ProbeContext:
         else:
             self.evidence.append({**self.shared[key].evidence(), "reused": True})
         return self.shared[key]
+
+
+def verdict(failed: list[str], warned: list[str], passed: str, figures: dict[str, Any]) -> Outcome:
+    """fail when anything failed (the warnings appended), else warn, else pass with `passed`."""
+    if failed:
+        return FAIL, "; ".join(failed + warned), figures
+    if warned:
+        return WARN, "; ".join(warned), figures
+    return PASS, passed, figures

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from stopdoctor.actions.generate.stream import StreamCapture, stream_issues
-from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
+from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext, verdict
 from stopdoctor.actions.probe_server.stop_probes import (END_MARKERS, SHORT_QUESTION, THINK_CLOSE, refused_outcome,
                                                         short_answer, thinks)
 
@@ -145,11 +145,8 @@ def stream_whole(ctx: ProbeContext) -> Outcome:
     if not (streamed.done and emoji_stream.done):
         notes.append("the stream ended without data: [DONE]")
     figures = {"chunks": len(streamed.chunks), "emoji_chunks": len(emoji_stream.chunks)}
-    if problems:
-        return FAIL, "; ".join(problems + notes), figures
-    if notes:
-        return WARN, "; ".join(notes), figures
-    return PASS, "the streams equal the whole answers, characters whole, finish_reason and usage in the last chunks", figures
+    return verdict(problems, notes, "the streams equal the whole answers, characters whole, finish_reason and usage in "
+                   "the last chunks", figures)
 
 
 def reasoning_split(ctx: ProbeContext) -> Outcome:
@@ -176,8 +173,4 @@ def reasoning_split(ctx: ProbeContext) -> Outcome:
         stopped = ctx.chat(SHORT_QUESTION, max_tokens=512, stop=[words[0]])
         if stopped.error is None and not (stopped.text or "").strip() and stopped.finish_reason == "stop":
             notes.append(f"the stop string {words[0]!r} fired inside the thought: the answer was lost")
-    if problems:
-        return FAIL, "; ".join(problems + notes), figures
-    if notes:
-        return WARN, "; ".join(notes), figures
-    return PASS, f"the thought is in {answer.reasoning_field!r}, the answer in content", figures
+    return verdict(problems, notes, f"the thought is in {answer.reasoning_field!r}, the answer in content", figures)

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext
+from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext, verdict
 from stopdoctor.actions.probe_server.client import Answer
 from stopdoctor.analysis.diagnose import find_turns
 
@@ -147,11 +147,10 @@ def stop_string(ctx: ProbeContext) -> Outcome:
         figures["stop_tokens"] = counts  # llama.cpp /tokenize: the evidence that each stop is several tokens
     failed = [p for p in problems if p and not p.startswith(DIVERGED)]
     diverged = [p[len(DIVERGED):] for p in problems if p and p.startswith(DIVERGED)]
-    if failed:
-        return FAIL, "; ".join(failed + diverged), figures
-    if diverged:
-        return WARN, "the greedy answer changed between requests, no verdict: " + "; ".join(diverged), figures
-    return PASS, f"{' and '.join(repr(s) for s in stops)} ended the answer, whole and streamed, and stayed out of it", figures
+    if diverged and not failed:
+        diverged[0] = "the greedy answer changed between requests, no verdict: " + diverged[0]
+    return verdict(failed, diverged, f"{' and '.join(repr(s) for s in stops)} ended the answer, whole and streamed, and "
+                   "stayed out of it", figures)
 
 
 def _token_count(ctx: ProbeContext, text: str) -> int | None:
@@ -204,9 +203,8 @@ def stop_held_back(ctx: ProbeContext) -> Outcome:
                         "sent it (the client lost the answer's end)")
     elif streamed.text != full and not streamed.error:
         problems.append(f"with the stop {stop!r} the stream is {streamed.text[-60:]!r}, not the answer {full[-60:]!r}")
-    if problems:
-        return FAIL, "; ".join(problems), figures
-    return PASS, "partial stop matches were held back and sent once they failed, also when the budget ended", figures
+    return verdict(problems, [], "partial stop matches were held back and sent once they failed, also when the budget "
+                   "ended", figures)
 
 
 def finish_reason(ctx: ProbeContext) -> Outcome:
