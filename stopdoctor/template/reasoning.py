@@ -333,7 +333,8 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     openers = [*endings.values(), *added_tags, *told_tags]
     # A thought the prompt opens but the template never closes (the model writes the close, OLMo 3
     # Think, R1 distills): its closing form is derived from the opener's own name.
-    derived = {c for t in openers if t and _speaks_of_thought(t, source) for c in [_close_form(t)] if c}
+    prompt_tags = [t for p in prompts.values() for t in _tags(p[0], known)]
+    derived = {c for t in {*openers, *prompt_tags} if t and _speaks_of_thought(t, source) for c in [_close_form(t)] if c}
     for open_tag, close in _candidate_pairs(openers, prompts.values(), literal_tags | derived, known):
         mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
                    and not _names_pair(default[1], open_tag, close)]
@@ -422,12 +423,14 @@ def _speaks_of_thought(tag: str, source: str) -> bool:
 
 
 def _close_form(tag: str) -> str | None:
-    """The closing form of an opening tag, from its own name: `<think>` → `</think>`, `[THINK]` → `[/THINK]`,
+    """The closing form of an opening tag, from its own shape and name: `<think>` → `</think>`, `[THINK]` → `[/THINK]`,
     `<|think:start|>` → `<|think:end|>`, `<|START_THINKING|>` → `<|END_THINKING|>`."""
     if tag.startswith("<") and not tag.startswith(("</", "<|", "<｜")):
         return "</" + tag[1:]
     if tag.startswith("[") and not tag.startswith("[/"):
         return "[/" + tag[1:]
+    if tag.startswith("<|") and not tag.endswith("|>"):
+        return "<" + tag[2:-1] + "|>"  # Gemma 4: `<|channel>` → `<channel|>`
     lower = tag.lower()
     for word in ("start", "begin"):
         at = lower.find(word)
