@@ -550,3 +550,39 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
 
     return run_fragment_test(plan.context, engine, max_new_tokens)
+
+
+# --- probe-server ----------------------------------------------------------------------------
+
+
+def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
+                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
+    """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
+    `api_key_env` names the variable holding the API key (never the key itself: it would land in
+    shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
+    unreachable server or a bad URL raises InputError (exit 2)."""
+    import os
+
+    from stopdoctor.actions.probe_server.battery import Settings
+    from stopdoctor.actions.probe_server.battery import probe_server as run_battery
+    from stopdoctor.actions.probe_server.http import Bounds
+
+    if settings is None and request_s is not None:
+        settings = Settings(Bounds(request_s=request_s))
+
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise InputError(f"--api-key-env {api_key_env}: the variable is not set or empty",
+                             hint=f"export {api_key_env}=... before running, or leave the option out")
+    return run_battery(url, model, api_key, settings or Settings(), only)
+
+
+def probe_server_report(result: Any) -> Report:
+    """The one report of a probe-server run: each failed probe an error finding, each warning a
+    warning, so the exit code is 1 exactly when a probe fails."""
+    severities = {"fail": Severity.ERROR, "warn": Severity.WARNING}
+    findings = [Finding(p.name, p.name, severities[p.status], p.summary, "", evidence={"figures": p.figures})
+                for p in result.probes if p.status in severities]
+    return Report("probe-server", [Subject(result.url, findings, tuple(p.name for p in result.probes), result=result)])
