@@ -223,13 +223,14 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
-    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.local import LocalEngine, require_torch
     from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     if batch_size is not None and not 1 <= batch_size <= 1024:
         raise InputError("--batch-size must be between 1 and 1024")
+    require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
     result = inspect_model(spec, revision)
     rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
     contexts, skipped = build_contexts(result.facts, result.analysis, rows)

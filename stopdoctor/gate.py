@@ -89,7 +89,7 @@ def require_live() -> None:
     """--live needs torch: fail before the static run, not after it."""
     from stopdoctor.actions.generate.local import require_torch
 
-    require_torch()
+    require_torch("check --live")
 
 
 def live_probe(result: InspectResult) -> Any:

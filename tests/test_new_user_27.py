@@ -1,0 +1,94 @@
+"""What a new user tripped over (issue #27, section 7): one test per rough edge, each asserting what
+a user would check, each written to fail before its fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA3 = ROOT / "fixtures" / "examples" / "llama3-eot-missing"
+CHATML = ROOT / "fixtures" / "examples" / "chatml-ok"
+SERVING = ROOT / "fixtures" / "serving"
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for name in ("MODELS", "SERVING", "FAIL_ON", "SELECT", "IGNORE", "SEVERITY", "FORMAT", "CONFIG"):
+        monkeypatch.delenv(f"STOPDOCTOR_{name}", raising=False)
+    return tmp_path
+
+
+def wrong_family(tmp_path: Path) -> Path:
+    """A ChatML model shipped with a Llama-3 template: its markers are no tokens of this vocabulary."""
+    model = tmp_path / "wrong-family"
+    shutil.copytree(CHATML, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = json.loads((LLAMA3 / "tokenizer_config.json").read_text())["chat_template"]
+    (model / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return model
+
+
+# --- fix: never "nothing to fix" on a model check fails ------------------------------------------
+
+
+def test_fix_on_a_wrong_family_template_says_what_remains_and_exits_as_check(clean_env):
+    model = wrong_family(clean_env)
+    check = cli("check", str(model))
+    assert check.code == 1 and "SD201" in check.stdout
+    fixed = cli("fix", str(model))
+    assert fixed.code == check.code, fixed.stderr
+    assert "nothing to fix" not in fixed.stderr
+    assert "SD201" in fixed.stderr and "no mechanical fix" in fixed.stderr
+    assert "use the chat template made for this tokenizer" in fixed.stderr  # what to do by hand
+    document = cli("fix", str(model), "--json").json()
+    assert document["exit_code"] == 1 and [f["code"] for f in document["remaining"]] == ["SD201"]
+    assert cli("fix", str(CHATML)).code == 0 == cli("check", str(CHATML)).code  # clean: still nothing to fix
+
+
+def test_fix_write_exits_0_only_when_check_then_passes(clean_env):
+    model = clean_env / "llama3"
+    shutil.copytree(LLAMA3, model)
+    assert cli("fix", str(model)).code == 1  # a diff to apply
+    written = cli("fix", str(model), "--write")
+    assert written.code == 0 and cli("check", str(model)).code == 0, written.stderr
+    broken = wrong_family(clean_env)
+    request = clean_env / "request.json"
+    request.write_text('{"model": "m", "ignore_eos": true, "max_tokens": 512}\n')
+    both = cli("fix", str(broken), "--serving", str(request), "--write")
+    assert '"ignore_eos": false' in request.read_text()  # SD405 written ...
+    assert both.code == 1 == cli("check", str(broken), "--serving", str(request)).code  # ... SD201 left for a person
+    assert "SD201" in both.stderr and "wrote 1 file" in both.stderr
+
+
+# --- stop-odds without torch: its own name, the README's install line -----------------------------
+
+
+def test_stop_odds_without_torch_names_itself_and_the_readme_install_line(monkeypatch):
+    from stopdoctor.actions.generate.local import TORCH_CPU_INSTALL
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    result = cli("stop-odds", str(CHATML))
+    assert result.code == 2
+    assert "stopdoctor stop-odds runs" in result.stderr and "generate" not in result.stderr, result.stderr
+    assert TORCH_CPU_INSTALL in result.stderr
+    assert TORCH_CPU_INSTALL in (ROOT / "README.md").read_text()  # one install line, the README's
+
+
+# --- check: the serving files it read, each with its verdict ---------------------------------------
+
+
+def test_check_human_report_lists_each_serving_file_with_its_verdict(clean_env):
+    good, bad = SERVING / "Modelfile.good", SERVING / "request-bad.json"
+    result = cli("check", str(LLAMA3), "--serving", str(good), "--serving", str(bad))
+    lines = [line for line in result.stdout.splitlines() if line.lstrip().startswith("serving ")]
+    assert len(lines) == 2, result.stdout
+    assert str(good) in lines[0] and "ollama" in lines[0] and "ok" in lines[0]
+    assert str(bad) in lines[1] and "1 error" in lines[1] and "SD405" in lines[1]
