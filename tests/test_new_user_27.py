@@ -92,3 +92,29 @@ def test_check_human_report_lists_each_serving_file_with_its_verdict(clean_env):
     assert len(lines) == 2, result.stdout
     assert str(good) in lines[0] and "ollama" in lines[0] and "ok" in lines[0]
     assert str(bad) in lines[1] and "1 error" in lines[1] and "SD405" in lines[1]
+
+
+# --- diff: what got worse leads, values as text ------------------------------------------------------
+
+
+def test_diff_leads_with_a_runtime_that_no_longer_stops_and_prints_values_as_text(tmp_path):
+    worse = tmp_path / "no-im-end"
+    shutil.copytree(CHATML, worse)
+    config = json.loads((worse / "generation_config.json").read_text())
+    assert config["eos_token_id"] == [610, 608]  # <|im_end|>, <|endoftext|>
+    config["eos_token_id"], config["temperature"] = 608, 0.5  # harmful, and a harmless change beside it
+    (worse / "generation_config.json").write_text(json.dumps(config, indent=2))
+    result = cli("diff", str(CHATML), str(worse))
+    assert result.code == 1
+    body = [line for line in result.stdout.splitlines()[1:] if line.strip()]
+    assert body[0].startswith("worse in b")
+    assert "transformers" in body[1] and "no longer stops on the end of turn <|im_end|>" in body[1]
+    assert not any("transformers" in line for line in body[2:] if line.startswith("  "))  # listed once, first
+    harmless = next(line for line in body if "temperature" in line)
+    assert body.index(harmless) > body.index(next(line for line in body if line.startswith("other differences")))
+    assert "[" not in body[1].split("  [")[0] and "'" not in body[1]  # no Python list or quotes in the values
+    assert "<|endoftext|> (608), <|im_end|> (610) → <|endoftext|> (608)" in body[1]
+    document = cli("diff", str(CHATML), str(worse), "--json").json()
+    assert document["worse"] == 1
+    assert [d["what"] for d in document["differences"] if d["effect"] == "worse"] == ["transformers"]
+    assert cli("diff", str(worse), str(CHATML), "--json").json()["worse"] == 0  # the fix is no harm
