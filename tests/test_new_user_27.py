@@ -118,3 +118,20 @@ def test_diff_leads_with_a_runtime_that_no_longer_stops_and_prints_values_as_tex
     assert document["worse"] == 1
     assert [d["what"] for d in document["differences"] if d["effect"] == "worse"] == ["transformers"]
     assert cli("diff", str(worse), str(CHATML), "--json").json()["worse"] == 0  # the fix is no harm
+
+
+# --- probe-stop: no recommended stop that still cuts the sample answers -----------------------------
+
+
+def test_probe_stop_never_recommends_an_anchored_stop_that_still_cuts_sample_answers():
+    from stopdoctor.analysis.probe import FalsePositive, _recommend
+
+    transcript = [("transcript", "Here is a dialogue:\nQuestion: why?\nAnswer: because.")]
+    mid_line = [FalsePositive("transcript", "a dialogue:\nQuestion: why", 20),
+                FalsePositive("chat", "so the Question: here", 7)]
+    # the anchored form misses fewer contexts and hits fewer answers, but still cuts the transcript
+    recs = _recommend("Question:", 1, 12, [[1], [2]], None, mid_line, transcript, None, lambda text: 0)
+    assert not any(r.startswith("Anchor") for r in recs), recs
+    assert any("'\\nQuestion:' still fires 1 time(s)" in r and "end-of-turn token" in r for r in recs)
+    clean = _recommend("Question:", 1, 12, [[1], [2]], None, [], [("plain", "No label here.")], None, lambda text: 0)
+    assert any(r.startswith("Anchor it to a line start: '\\nQuestion:'") and "no hit" in r for r in clean)
