@@ -232,20 +232,32 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
         raise InputError("--batch-size must be between 1 and 1024")
     require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
     result = inspect_model(spec, revision)
-    rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
+    bad: list[tuple[str, str]] = []
+    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
     contexts, skipped = build_contexts(result.facts, result.analysis, rows)
     if not contexts:
         why = skipped[0][1] if skipped else "no example"
-        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
+        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
+    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
     say = progress or (lambda message: None)
     engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
     odds, tokens, seconds = measure(engine, contexts, batch_size,
                                     lambda done, total: say(f"measured {done}/{total} examples…"))
     errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
-    targets = {i for c in contexts for i in c.targets}
+    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
+    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
+    judged = [o for o in odds if o.context.kind == judged_kind]
+    targets = {i for o in judged for i in o.context.targets}
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(odds, errors, names)
-    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)
+    kind, reason = verdict(judged, errors, names)
+    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data, judged_kind)
+
+
+def _line_of(skipped: tuple[str, str]) -> int:
+    """The line of a skipped row's "FILE:LINE" source."""
+    line = skipped[0].rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
 
 
 # --- diff ------------------------------------------------------------------------------------

@@ -135,3 +135,30 @@ def test_probe_stop_never_recommends_an_anchored_stop_that_still_cuts_sample_ans
     assert any("'\\nQuestion:' still fires 1 time(s)" in r and "end-of-turn token" in r for r in recs)
     clean = _recommend("Question:", 1, 12, [[1], [2]], None, [], [("plain", "No label here.")], None, lambda text: 0)
     assert any(r.startswith("Anchor it to a line start: '\\nQuestion:'") and "no hit" in r for r in clean)
+
+
+# --- stop-odds --data: a bad line is skipped; chat and plain-text rows never share a verdict ----------
+
+
+@pytest.mark.slow  # loads SmolLM2-135M-Instruct
+def test_stop_odds_data_skips_a_bad_line_and_judges_chat_rows_apart_from_plain_text(real_models, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    chat = [{"messages": [{"role": "user", "content": "What is the capital of Italy?"},
+                          {"role": "assistant", "content": "The capital of Italy is Rome."}]},
+            {"messages": [{"role": "user", "content": "Who wrote Hamlet?"},
+                          {"role": "assistant", "content": "William Shakespeare wrote Hamlet."}]}]
+    text = [{"text": "Once upon a time there was a fox. It ran off into the woods and was never seen again, the"},
+            {"text": "The quick brown fox jumps over the lazy dog and then, without a pause, the"},
+            {"text": "Chapter one: in which our heroes meet, and the"}]  # mid-sentence: P(eos) ~ 0
+    data.write_text("\n".join([json.dumps(chat[0]), "{not json", *map(json.dumps, text), json.dumps(chat[1])]) + "\n")
+    run = cli("stop-odds", str(real_models.smollm2_hf), "--data", str(data), "--json")
+    assert run.code == 0, run.stderr  # the healthy model's chat rows end their turns
+    document = run.json()
+    assert document["skipped"][0]["source"] == f"{data}:2" and "not JSON" in document["skipped"][0]["why"]
+    assert document["verdict"] == "stops" and document["verdict_rows"] == "chat"
+    chat_p = sorted(e["p_end_of_turn"] for e in document["examples"] if e["kind"] == "chat")
+    assert document["median_p_end_of_turn"] == pytest.approx(sum(chat_p) / 2)  # over the 2 chat rows only
+    assert document["median_apart"] is not None and document["median_apart"] < 0.01
+    human = cli("stop-odds", str(real_models.smollm2_hf), "--data", str(data))
+    assert "skipped" in human.stdout and "line 2" in human.stdout
+    assert "3 plain-text row(s)" in human.stdout and "not in the verdict" in human.stdout
