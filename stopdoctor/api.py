@@ -317,10 +317,14 @@ def training_template(path: Path) -> Any:
 
 def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, tools: list[dict] | None = None,
                    template: str | None = None, compare: str | None = None, add_generation_prompt: bool = True,
-                   continue_final_message: bool = False, revision: str | None = None) -> RenderResult:
+                   continue_final_message: bool = False, revision: str | None = None,
+                   thinking: str | None = None) -> RenderResult:
     """`stopdoctor render`: the prompt the runtime builds for each conversation (the sample one when
-    none is given), and with `compare` (a template file or a second model) the differences."""
+    none is given), and with `compare` (a template file or a second model) the differences.
+    `thinking` ("on", "off", "both"): a reasoning template rendered as `generate --thinking` calls it
+    (both: each conversation twice, on then off)."""
     from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, render_prompt, select_template
+    from stopdoctor.analysis.reasoning_run import thinking_calls
     from stopdoctor.core.errors import TemplateError
 
     notes = []
@@ -329,17 +333,23 @@ def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, 
         conversations = [list(SAMPLE_CONVERSATION)]
         notes.append("no messages given; rendering a sample conversation (system + user). "
                      "Use -m ROLE TEXT or --messages FILE.")
+    if thinking is not None and (template is not None or compare is not None):
+        raise InputError("--thinking switches the model's own template; it does not go with --template or --compare",
+                         hint="render each with --thinking on and off in two runs")
     facts = load(spec, revision)
     chosen = select_template(facts, template, tools)
+    # the switch the template reads (as generate finds it); None: the template's default, one render
+    calls = thinking_calls(analyze(facts).reasoning, thinking) if thinking is not None else [None]
     options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
     try:
-        prompts = [render_prompt(facts, conversation, template=chosen, **options) for conversation in conversations]
+        prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)
+                   for conversation in conversations for call in calls]
     except TemplateError:
         if not sample:
             raise
         # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
         notes.append("the template rejects a system turn; rendering the user message alone.")
-        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
+        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, thinking=call, **options) for call in calls]
     comparisons = None
     if compare is not None:
         other_path = Path(compare).expanduser()

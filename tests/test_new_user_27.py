@@ -162,3 +162,24 @@ def test_stop_odds_data_skips_a_bad_line_and_judges_chat_rows_apart_from_plain_t
     human = cli("stop-odds", str(real_models.smollm2_hf), "--data", str(data))
     assert "skipped" in human.stdout and "line 2" in human.stdout
     assert "3 plain-text row(s)" in human.stdout and "not in the verdict" in human.stdout
+
+
+# --- render --thinking, as generate --thinking ----------------------------------------------------
+
+
+def test_render_has_thinking_and_renders_what_generate_sends(tmp_path):
+    from fixtures.reasoning import build_reasoning
+    from stopdoctor.api import plan_generation
+
+    model = build_reasoning("hybrid", tmp_path / "qwen3-style")
+    off = cli("render", str(model), "-m", "user", "Hi", "--thinking", "off", "--json")
+    assert off.code == 0, off.stderr
+    document = off.json()
+    assert document["thinking"] == "off" and document["text"].endswith("<think>\n\n</think>\n\n")
+    sent = plan_generation(str(model), messages=[{"role": "user", "content": "Hi"}], thinking="off").prompts[0]
+    assert document["text"] == sent.text and document["ids"] == list(sent.ids)  # what generate sends
+    both = cli("render", str(model), "-m", "user", "Hi", "--thinking", "both")
+    assert both.code == 0
+    assert "thinking  on" in both.stdout and "thinking  off  (enable_thinking=false)" in both.stdout
+    refused = cli("render", str(CHATML), "-m", "user", "Hi", "--thinking", "on")
+    assert refused.code == 2 and "shows no thought" in refused.stderr  # never pretends

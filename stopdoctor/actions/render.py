@@ -189,6 +189,8 @@ class RenderedPrompt:
     special_spans: list[SpecialSpan]
     bos: BosReport
     notes: list[str] = field(default_factory=list)
+    thinking: str = "default"  # --thinking: the mode rendered ("on", "off"), or the template's default
+    thinking_call: str = ""  # how that mode is asked of the template (enable_thinking=false, /no_think…)
 
 
 def _quote_line(source: str, line: int | None) -> str | None:
@@ -212,13 +214,14 @@ def with_template_line(error: TemplateError, template: ChatTemplate) -> Template
 
 
 def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
-                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
+                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None,
+                 extra: dict | None = None) -> str:
     from stopdoctor.template.render import render_chat
 
     try:
         return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
                            continue_final_message=continue_final_message, tools=tools,
-                           special_tokens=special_tokens)
+                           special_tokens=special_tokens, extra=extra)
     except TemplateError as error:
         raise with_template_line(error, template) from error
 
@@ -327,14 +330,21 @@ def render_prompt(
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
     tokenize: bool = True,
+    thinking: Any = None,
 ) -> RenderedPrompt:
-    """Render `messages` with the model's template (or `template`), and encode the text."""
+    """Render `messages` with the model's template (or `template`), and encode the text.
+    `thinking`: a `stopdoctor.analysis.reasoning_run.ThinkingCall`, the template's thinking switch
+    (extra variables, or a flag in the system message), applied as `generate --thinking` applies it."""
     chosen = template or select_template(facts, None, tools)
     specials = special_token_map(facts)
     if continue_final_message:
         add_generation_prompt = False  # transformers refuses both; continuing wins
+    extra = None
+    if thinking is not None:
+        messages = thinking.messages(messages)
+        extra = dict(thinking.variant.extra) or None
     text = _render_text(chosen, messages, specials, add_generation_prompt=add_generation_prompt,
-                        continue_final_message=continue_final_message, tools=tools)
+                        continue_final_message=continue_final_message, tools=tools, extra=extra)
     notes: list[str] = []
     ids: list[int] | None = None
     tokens: Sequence[PromptToken] = []
@@ -357,6 +367,8 @@ def render_prompt(
         special_spans=spans,
         bos=_bos_report(facts, text, specials),
         notes=notes,
+        thinking=thinking.mode if thinking is not None else "default",
+        thinking_call=thinking.describe if thinking is not None else "",
     )
 
 
