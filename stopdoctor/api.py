@@ -318,12 +318,13 @@ def training_template(path: Path) -> Any:
 def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, tools: list[dict] | None = None,
                    template: str | None = None, compare: str | None = None, add_generation_prompt: bool = True,
                    continue_final_message: bool = False, revision: str | None = None,
-                   thinking: str | None = None) -> RenderResult:
+                   thinking: str | None = None, typed: bool = False) -> RenderResult:
     """`stopdoctor render`: the prompt the runtime builds for each conversation (the sample one when
     none is given), and with `compare` (a template file or a second model) the differences.
     `thinking` ("on", "off", "both"): a reasoning template rendered as `generate --thinking` calls it
-    (both: each conversation twice, on then off)."""
-    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, render_prompt, select_template
+    (both: each conversation twice, on then off). `typed`: the messages were typed on the command
+    line (-m), so a role no chat format has and the template never names is refused as a typo."""
+    from stopdoctor.actions.render import SAMPLE_CONVERSATION, check_typed_roles, compare_prompts, render_prompt, select_template
     from stopdoctor.analysis.reasoning_run import thinking_calls
     from stopdoctor.core.errors import TemplateError
 
@@ -338,6 +339,9 @@ def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, 
                          hint="render each with --thinking on and off in two runs")
     facts = load(spec, revision)
     chosen = select_template(facts, template, tools)
+    if typed:
+        for conversation in conversations:
+            check_typed_roles(chosen, conversation)
     # the switch the template reads (as generate finds it); None: the template's default, one render
     calls = thinking_calls(analyze(facts).reasoning, thinking) if thinking is not None else [None]
     options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
@@ -447,6 +451,10 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
     if fragment:
         return GenerationPlan(context, [], None)
     chat = messages if messages is not None else (read_messages(messages_file) if messages_file else None)
+    if messages is not None:  # typed with -m: a role that is a typo is refused, as render refuses it
+        from stopdoctor.actions.render import check_typed_roles
+
+        check_typed_roles(context.facts.template, messages)
     from stopdoctor.analysis.reasoning_run import thinking_calls
 
     calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]

@@ -183,3 +183,51 @@ def test_render_has_thinking_and_renders_what_generate_sends(tmp_path):
     assert "thinking  on" in both.stdout and "thinking  off  (enable_thinking=false)" in both.stdout
     refused = cli("render", str(CHATML), "-m", "user", "Hi", "--thinking", "on")
     assert refused.code == 2 and "shows no thought" in refused.stderr  # never pretends
+
+
+# --- render -m usr, "a instruct", annotations through a link ------------------------------------------
+
+
+def test_a_typed_role_that_is_a_typo_is_refused_with_the_role_meant():
+    for command in ("render", "generate"):
+        typo = cli(command, str(CHATML), "-m", "usr", "Hi")
+        assert typo.code == 2, (command, typo.stdout)
+        assert "'usr'" in typo.stderr and "did you mean 'user'?" in typo.stderr and "Traceback" not in typo.stderr
+    fine = cli("render", str(CHATML), "-m", "system", "Be brief.", "-m", "user", "Hi", "-m", "assistant", "Hello",
+               "-m", "tool", "{}")
+    assert fine.code == 0, fine.stderr
+
+
+def test_a_role_the_template_names_is_accepted(tmp_path):
+    model = tmp_path / "with-critic"
+    shutil.copytree(CHATML, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = config["chat_template"].replace(
+        "{%- if message['role'] == 'assistant' -%}", "{%- if message['role'] in ['assistant', 'critic'] -%}")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    assert cli("render", str(model), "-m", "user", "Hi", "-m", "critic", "ok").code == 0
+
+
+def test_expect_kind_mismatch_reads_an_instruct_model(clean_env):
+    base = clean_env / "base"
+    shutil.copytree(CHATML, base)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    config["name_or_path"] = "synth/Qwen2.5-0.5B"
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    (clean_env / "stopdoctor.toml").write_text('[[model]]\npath = "base"\nexpect-kind = "instruct"\n')
+    result = cli("check")
+    assert "expected an instruct model, stopdoctor judges it" in result.stdout, result.stdout
+    assert "a instruct" not in result.stdout
+
+
+@pytest.mark.parametrize("format", ["github", "sarif", "junit"])
+def test_annotations_name_a_linked_model_where_it_sits_in_the_repository(clean_env, tmp_path_factory, format):
+    outside = tmp_path_factory.mktemp("model-store") / "llama3"  # e.g. a models volume mounted elsewhere
+    shutil.copytree(LLAMA3, outside)
+    (clean_env / "models").mkdir()
+    (clean_env / "models" / "llama3").symlink_to(outside, target_is_directory=True)
+    result = cli("check", "models/llama3", "--format", format)
+    assert result.code == 1
+    assert "models/llama3/generation_config.json" in result.stdout, result.stdout
+    assert str(outside) not in result.stdout and "model-store" not in result.stdout

@@ -103,6 +103,40 @@ def special_token_map(facts: ModelFacts) -> dict[str, str]:
     return facts.special_token_texts()
 
 
+# The roles chat formats define: OpenAI's (system, developer, user, assistant, tool, function),
+# Llama 3.1's ipython, GLM's observation, Gemma's model, and tool_response/tool_call.
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython", "observation",
+                         "model", "tool_response", "tool_call"})
+
+
+def check_typed_roles(template: ChatTemplate | None, messages: Sequence[dict]) -> None:
+    """Refuse a role typed on the command line (`-m usr …`) that no chat format defines and the
+    template never names: many templates write any role as it is (`<|im_start|>usr`), so a typo
+    would render without a word. A file's roles are the user's data and are left alone."""
+    import re
+
+    named = set(re.findall(r"['\"]([A-Za-z_][\w-]{0,40})['\"]", template.source)) if template is not None else set()
+    for message in messages:
+        role = message.get("role")
+        if not isinstance(role, str) or role in KNOWN_ROLES or role in named:
+            continue
+        known = sorted(KNOWN_ROLES | message_roles(template))
+        close = difflib.get_close_matches(role, known, n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"-m {role}: no chat format has the role {role!r} and the template never names it{guess}",
+                         hint="roles: system, user, assistant, tool (and any role the template names); "
+                              "a --messages file's roles are taken as they are")
+
+
+def message_roles(template: ChatTemplate | None) -> set[str]:
+    """Roles a template compares against by name (`message.role == 'x'`, `role == "x"`)."""
+    import re
+
+    if template is None:
+        return set()
+    return set(re.findall(r"role['\"\]]*\s*(?:==|!=)\s*['\"]([A-Za-z_][\w-]{0,40})['\"]", template.source))
+
+
 def select_template(facts: ModelFacts, template: str | None = None, tools: list[dict] | None = None) -> ChatTemplate:
     """The template transformers' `get_chat_template` would pick: a named one, the `tool_use`
     template when tools are given, else the default. `template` may also be a file (a .jinja

@@ -54,7 +54,8 @@ def render(
     with working(f"reading {model} and rendering…"):
         result = render_prompts(model, conversations, tools=tools, template=template, compare=compare,
                                 add_generation_prompt=not no_generation_prompt,
-                                continue_final_message=continue_final_message, revision=revision, thinking=thinking)
+                                continue_final_message=continue_final_message, revision=revision, thinking=thinking,
+                                typed=bool(message))
     for note in result.notes:
         say(f"stopdoctor: {note}")
     rendered, comparisons = result.prompts, result.comparisons
