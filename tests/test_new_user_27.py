@@ -11,19 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import cli
-
-ROOT = Path(__file__).resolve().parents[1]
-LLAMA3 = ROOT / "fixtures" / "examples" / "llama3-eot-missing"
-CHATML = ROOT / "fixtures" / "examples" / "chatml-ok"
-SERVING = ROOT / "fixtures" / "serving"
-
-
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    for name in ("MODELS", "SERVING", "FAIL_ON", "SELECT", "IGNORE", "SEVERITY", "FORMAT", "CONFIG"):
-        monkeypatch.delenv(f"STOPDOCTOR_{name}", raising=False)
-    return tmp_path
+from tests.test_new_user_trips import CHATML, LLAMA3, ROOT, SERVING, clean_env  # noqa: F401 (a fixture)
 
 
 def wrong_family(tmp_path: Path) -> Path:
@@ -231,3 +219,25 @@ def test_annotations_name_a_linked_model_where_it_sits_in_the_repository(clean_e
     assert result.code == 1
     assert "models/llama3/generation_config.json" in result.stdout, result.stdout
     assert str(outside) not in result.stdout and "model-store" not in result.stdout
+
+
+# --- logs --engine spark: the JVM's and pyspark's talk stays off the user's stderr --------------------
+
+
+@pytest.mark.slow  # a JVM starts
+def test_logs_engine_spark_prints_no_jvm_or_pandas_warning(tmp_path):
+    import os
+    import subprocess
+
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime: apt-get install -y default-jre-headless (the .ci/run script does)")
+    pytest.importorskip("pyspark", reason="pyspark not installed: pip install 'stopdoctor[spark]'")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    env.pop("STOPDOCTOR_DEBUG", None)
+    run = subprocess.run([sys.executable, "-m", "stopdoctor", "logs", str(ROOT / "fixtures" / "logs" / "responses.jsonl"),
+                          "--engine", "spark"], env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 1, run.stderr  # the fixture's runaways are findings
+    assert run.stdout.startswith("stopdoctor logs ") and "9 responses" in run.stdout
+    for noise in ("WARN", "log4j", "incubator", "FutureWarning", "pandas", "setLogLevel", "[Stage"):
+        assert noise not in run.stderr, run.stderr
+    assert not list(tmp_path.glob("stopdoctor-spark-*.log"))  # the JVM's log is removed at exit
