@@ -124,7 +124,7 @@ def plan_fixes(analysis: Analysis, serving: ServingConfig | None = None) -> FixP
     model_edit = _model_edit(analysis, notes)
     if model_edit is not None:
         edits.append(model_edit)
-        fixes.append("SD101")
+        fixes += ["SD101", "SD106"]  # the end-of-turn becomes a stop id, and so there is one (SD106)
     if serving is not None:
         serving_edits = _serving_edits(analysis, serving, notes)
         edits.extend(serving_edits)

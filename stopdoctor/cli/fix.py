@@ -48,11 +48,16 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     from stopdoctor.fix import plan_fixes, remaining_findings
 
     settings = load_settings()  # check's select/ignore/severities and fail-on: the same verdict as check
-    config = read_serving(serving, kind) if serving is not None else None
-    result = inspect_model(model, revision)
+
+    def judged():
+        config = read_serving(serving, kind) if serving is not None else None
+        result = inspect_model(model, revision)
+        findings = list(result.findings) + (serving_findings(result.analysis, config) if config is not None else [])
+        return config, result, [f for f in apply(settings, findings) if f.severity >= settings.fail_on]
+
+    config, result, failing = judged()
     plan = plan_fixes(result.analysis, config)
-    findings = list(result.findings) + (serving_findings(result.analysis, config) if config is not None else [])
-    remaining = [f for f in remaining_findings(apply(settings, findings), plan) if f.severity >= settings.fail_on]
+    remaining = remaining_findings(failing, plan)
     told = {f.code for f in remaining}
     for note in plan.notes:
         if note.split(" ", 1)[0] not in told:  # a serving note "SD401 name: fix" is said once, below
@@ -79,6 +84,12 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
         raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
     plan.write(backup=backup)
+    shown = {(f.code, f.message) for f in remaining}
+    remaining = judged()[2]  # what check now says of the written files, not what the plan expected
+    for finding in remaining:
+        if (finding.code, finding.message) not in shown:
+            say(f"remains after the fix: {finding.severity.label} {finding.code} {finding.name}: {finding.message}")
+    blocking = 1 if remaining else 0
     say(f"wrote {len(plan.edits)} file(s)" + (f"; {_count(remaining)} with no mechanical fix remain (above)" if remaining else ""))
     return blocking, plan, True, remaining
 
