@@ -41,7 +41,6 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
          backup: bool = False):
     """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
     from stopdoctor.api import inspect_model, read_serving
-    from stopdoctor.core.errors import InputError
     from stopdoctor.fix import plan_fixes
 
     config = read_serving(serving, kind) if serving is not None else None
@@ -59,8 +58,6 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     if not write:
         say("run again with --write to apply")
         return 1, plan, False
-    if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
-        raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
     plan.write(backup=backup)
     say(f"wrote {len(plan.edits)} file(s)")
     return 0, plan, True
