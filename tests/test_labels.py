@@ -738,3 +738,14 @@ def test_snapshot(name, monkeypatch):
     if os.environ.get("STOPDOCTOR_UPDATE_SNAPSHOTS"):
         path.write_text(text)
     assert text == path.read_text()
+
+
+def test_limit_below_one_is_refused_by_the_api_as_by_the_cli():
+    """A limit of 0 must not reach the labels stage, where no example would be judged clean."""
+    from stopdoctor.core.errors import InputError
+
+    model = ROOT / "fixtures" / "examples" / "chatml-ok"
+    with pytest.raises(InputError, match="--limit must be at least 1"):
+        check_labels(str(model), str(CHAT), limit=0)
+    run = cli("labels", str(model), "--data", str(CHAT), "--limit", "0")
+    assert run.code == 2 and "--limit must be at least 1" in run.stderr

@@ -106,8 +106,6 @@ def labels(
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
-    if limit is not None and limit < 1:
-        raise InputError("--limit must be at least 1")
     chosen = None
     if template is not None:
         chosen = training_template(template)
