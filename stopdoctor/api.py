@@ -224,6 +224,8 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
     from stopdoctor.actions.labels.build import label_dataset
     from stopdoctor.actions.labels.result import LabelSettings
 
+    if limit is not None and limit < 1:  # here, not in the CLI: the API would judge an empty dataset clean
+        raise InputError("--limit must be at least 1")
     analysis = analyze(facts)
     total = count_examples(data, limit)
     if not total:

@@ -52,3 +52,18 @@ def test_never_downloads_weights_patterns():
     from stopdoctor.facts.resolve import MODEL_FILES
 
     assert not any(name.endswith((".safetensors", ".bin", ".pt", ".gguf")) for name in MODEL_FILES)
+
+
+def test_fix_of_a_hub_model_is_decided_by_the_plan_not_the_cli(synth_root):
+    """A hub model's files live in the shared cache: the fix plan (what `api` users get too) offers
+    no edit there, only a note; the CLI shows that note and writes nothing."""
+    from stopdoctor.api import inspect_model
+    from stopdoctor.fix import plan_fixes
+
+    snapshot = _cache_repo(synth_root, "synth-org/llama3-fixme", "llama3-eot-missing")
+    before = {p.name: p.read_bytes() for p in snapshot.iterdir()}
+    plan = plan_fixes(inspect_model("synth-org/llama3-fixme").analysis)
+    assert plan.edits == () and any("is a hub model" in note for note in plan.notes)
+    run = cli("fix", "synth-org/llama3-fixme", "--write", "--json")
+    assert run.code == 0 and "is a hub model" in run.stderr
+    assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == before

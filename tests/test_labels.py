@@ -190,7 +190,7 @@ def test_axolotl_drops_long_examples_unless_told_to_truncate(synth_root):
 
 
 def test_text_rows_without_eos(synth_root):
-    report = _run(synth_root / "clean-chatml", TEXT, collator="full")
+    report = _run(synth_root / "clean-chatml", TEXT, collator="full", append_eos=False)
     result = report.labels
     # the third text ends with <|im_end|>, the eos of this fixture
     assert result.failing(ABSENT) == [0, 1]
@@ -198,6 +198,8 @@ def test_text_rows_without_eos(synth_root):
     assert finding.name == "eos-not-appended" and "<|im_end|>" in finding.fix
     fixed = _run(synth_root / "clean-chatml", TEXT, collator="full", append_eos=True)
     assert fixed.findings == [] and fixed.labels.spans_ok == 3
+    # the default models the trainer the collator names: TRL's "full" appends eos itself
+    assert _run(synth_root / "clean-chatml", TEXT, collator="full").findings == []
 
 
 def test_end_of_turn_split_into_ordinary_tokens(synth_root):
@@ -736,3 +738,14 @@ def test_snapshot(name, monkeypatch):
     if os.environ.get("STOPDOCTOR_UPDATE_SNAPSHOTS"):
         path.write_text(text)
     assert text == path.read_text()
+
+
+def test_limit_below_one_is_refused_by_the_api_as_by_the_cli():
+    """A limit of 0 must not reach the labels stage, where no example would be judged clean."""
+    from stopdoctor.core.errors import InputError
+
+    model = ROOT / "fixtures" / "examples" / "chatml-ok"
+    with pytest.raises(InputError, match="--limit must be at least 1"):
+        check_labels(str(model), str(CHAT), limit=0)
+    run = cli("labels", str(model), "--data", str(CHAT), "--limit", "0")
+    assert run.code == 2 and "--limit must be at least 1" in run.stderr

@@ -44,7 +44,6 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     """(exit code, plan, written, remaining). `quiet`: the diff goes into the JSON document, not on stdout."""
     from stopdoctor.api import inspect_model, read_serving, serving_findings
     from stopdoctor.config import apply, load_settings
-    from stopdoctor.core.errors import InputError
     from stopdoctor.fix import plan_fixes, remaining_findings
 
     settings = load_settings()  # check's select/ignore/severities and fail-on: the same verdict as check
@@ -81,8 +80,6 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     if not write:
         say("run again with --write to apply")
         return 1, plan, False, remaining
-    if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
-        raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
     plan.write(backup=backup)
     shown = {(f.code, f.message) for f in remaining}
     remaining = judged()[2]  # what check now says of the written files, not what the plan expected

@@ -17,8 +17,6 @@ CollatorOpt = Annotated[str, typer.Option(
     "--collator", help="How labels are built: auto (TRL's defaults), assistant-only ({% generation %} markers), "
     "completion-only, full (padding masked by attention mask), pad-id (mask every pad-id token), axolotl "
     "(its chat_template strategy: turn content + eot_tokens).")]
-# The collators that model TRL's SFTTrainer, which appends eos to texts and completions itself (`add_eos`).
-TRL_COLLATORS = ("auto", "assistant-only", "completion-only", "full")
 
 
 class _Progress:
@@ -108,13 +106,9 @@ def labels(
 
     if collator not in COLLATORS:
         raise InputError(f"--collator {collator!r} is not one of {', '.join(COLLATORS)}")
-    if limit is not None and limit < 1:
-        raise InputError("--limit must be at least 1")
     chosen = None
     if template is not None:
         chosen = training_template(template)
-    if append_eos is None:  # the default models the trainer the collator names
-        append_eos = collator in TRL_COLLATORS
     settings = LabelSettings(collator=collator, max_length=max_length, append_eos=append_eos,
                              pad_token=pad_token, template=chosen, tokenize_first=max(0, show),
                              eot_tokens=tuple(stop_string(t) for t in eot_token) if eot_token else None, excess_length=excess_length, packing=packing)

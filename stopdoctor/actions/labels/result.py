@@ -15,6 +15,8 @@ from stopdoctor.core.types import ChatTemplate
 from stopdoctor.facts.model_facts import ModelFacts
 
 COLLATORS = ("auto", "assistant-only", "completion-only", "full", "pad-id", "axolotl")
+# The collators that model TRL's SFTTrainer, which appends eos to texts and completions itself (`add_eos`).
+TRL_COLLATORS = ("auto", "assistant-only", "completion-only", "full")
 
 # Why an end-of-turn is not trained; each maps to one check (stopdoctor.rules.labels).
 NO_GENERATION_MARKERS = "no-generation-markers"  # assistant-only, template has no {% generation %}
@@ -34,7 +36,9 @@ CAUSES = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_
 class LabelSettings:
     collator: str = "auto"
     max_length: int | None = None
-    append_eos: bool = False
+    # None: as the trainer the collator names does (on for TRL's, off for pad-id and axolotl);
+    # resolved here so that the API and the CLI label a dataset alike.
+    append_eos: bool | None = None
     pad_token: str | None = None  # overrides the tokenizer's pad token (the fix to try)
     template: ChatTemplate | None = None  # another chat template (e.g. one with generation markers)
     # Examples whose ids and labels are always built (the first N: the ones `--show` prints);
@@ -47,6 +51,10 @@ class LabelSettings:
     # TRL `packing` / `packing_strategy`: "none", or "bfd" (truncates what overflows max_length),
     # "bfd_split" / "wrapped" (split long examples across packed rows: no token is cut away)
     packing: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.append_eos is None:
+            object.__setattr__(self, "append_eos", self.collator in TRL_COLLATORS)
 
     @property
     def cut_length(self) -> int | None:
