@@ -65,5 +65,7 @@ def test_fix_of_a_hub_model_is_decided_by_the_plan_not_the_cli(synth_root):
     plan = plan_fixes(inspect_model("synth-org/llama3-fixme").analysis)
     assert plan.edits == () and any("is a hub model" in note for note in plan.notes)
     run = cli("fix", "synth-org/llama3-fixme", "--write", "--json")
-    assert run.code == 0 and "is a hub model" in run.stderr
+    # nothing is written, and the exit code is check's: the defect remains, to be fixed by hand
+    assert "is a hub model" in run.stderr and "remains" in run.stderr
+    assert run.code == cli("check", "synth-org/llama3-fixme").code == 1
     assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == before
