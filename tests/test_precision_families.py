@@ -1,0 +1,107 @@
+"""No false error on the families people deploy today (issue #27 §1): each case is a real file
+rewritten (tests/gguf_rewrite.py), a real template of the cached corpora, or a faithfully reduced
+folder, and each failed before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.templates import llamacpp_templates
+from stopdoctor.api import inspect_model
+from stopdoctor.facts.gguf import read_header
+from stopdoctor.facts.gguf_constants import GGUFValueType
+from tests.gguf_rewrite import pack_int32_array, pack_string, pack_string_array, with_values
+from tests.test_turns_unseen import _folder_with_tokens
+
+
+def _template(name: str) -> str:
+    templates = llamacpp_templates()
+    if f"llama.cpp/{name}" not in templates:
+        pytest.skip("the llama.cpp template corpus is not cached; run `python fixtures/templates.py`")
+    return templates[f"llama.cpp/{name}"]
+
+
+# GLM-4.5's special tokens in vocabulary order (zai-org/GLM-4.5 tokenizer_config.json, 151329-151338).
+GLM_SPECIALS = ["[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
+
+
+def _glm_folder(tmp_path: Path, architecture: str) -> tuple[Path, dict[str, int]]:
+    """GLM-4.5's shape: its real template (llama.cpp's GLM-4.6, the same family), eos
+    <|endoftext|>, and generation_config.json listing [<|endoftext|>, <|user|>, <|observation|>]."""
+    folder = _folder_with_tokens(tmp_path, _template("GLM-4.6"), GLM_SPECIALS)
+    ids = {t["content"]: t["id"] for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|endoftext|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for name in ("config.json", "generation_config.json"):
+        data = json.loads((folder / name).read_text())
+        data["eos_token_id"] = [ids["<|endoftext|>"], ids["<|user|>"], ids["<|observation|>"]]
+        if name == "config.json":
+            data["architectures"] = [architecture]
+        (folder / name).write_text(json.dumps(data))
+    return folder, ids
+
+
+def test_a_glm_folder_whose_generation_config_lists_the_headers_has_no_sd101(tmp_path):
+    """convert_hf_to_gguf.py writes eot <|user|> and eom <|observation|> for GLM-4.5/5
+    (`_set_vocab_glm`, llama.cpp PR #14939): the llama.cpp row of the HF folder stops on both,
+    so no runtime misses the turn's end. Before: SD101 (error) whose fix repeated the current value."""
+    folder, ids = _glm_folder(tmp_path, "Glm4MoeForCausalLM")
+    report = inspect_model(str(folder))
+    llama = report.analysis.runtime("llama.cpp")
+    assert {ids["<|user|>"], ids["<|observation|>"]} <= set(llama.ids)
+    assert not [f for f in report.findings if f.code == "SD101"]
+
+
+def test_an_architecture_the_converter_writes_no_eot_for_still_misses_and_says_how(tmp_path):
+    """The same files under an architecture whose converter class writes no eot: llama.cpp stops
+    on none of the headers, and SD101's fix is no longer the value generation_config.json has."""
+    folder, ids = _glm_folder(tmp_path, "LlamaForCausalLM")
+    (finding,) = [f for f in inspect_model(str(folder)).findings if f.code == "SD101"]
+    assert finding.evidence["runtimes_missing"] == ["llama.cpp"]
+    assert finding.evidence["suggested"] == finding.evidence["current"]  # nothing to add there
+    assert "eos_token_id\": [" not in finding.fix and "convert_hf_to_gguf" in finding.fix
+
+
+# Gemma 4's ids (google/gemma-4 tokenizer): the turn markers and tool-response opener.
+GEMMA4_TOKENS = {46: "<|tool>", 47: "<tool|>", 48: "<|tool_call>", 49: "<tool_call|>", 50: "<|tool_response>",
+                 51: "<tool_response|>", 52: '<|"|>', 98: "<|think|>", 100: "<|channel>", 101: "<channel|>",
+                 105: "<|turn>", 106: "<turn|>"}
+
+
+def _gemma4_gguf(real_gguf_models, target: Path, end_ids: list[int] | None) -> Path:
+    """The real Gemma 3 270M GGUF with Gemma 4's markers at Gemma 4's ids, Gemma 4's template, and
+    (Unsloth's layout) `tokenizer.ggml.eos_token_ids` = `end_ids` beside eos 1."""
+    source = real_gguf_models.gemma_gguf
+    header = read_header(source)
+    tokens = list(header.metadata["tokenizer.ggml.tokens"])
+    types = [int(t) for t in header.token_types]
+    for token_id, text in GEMMA4_TOKENS.items():
+        tokens[token_id], types[token_id] = text, 3  # control, as in the real file
+    added = {"tokenizer.chat_template": (GGUFValueType.STRING, pack_string(_template("google-gemma-4-31B-it")))}
+    if end_ids is not None:
+        added["tokenizer.ggml.eos_token_ids"] = (GGUFValueType.ARRAY, pack_int32_array(end_ids))
+    return with_values(source, target, {"tokenizer.ggml.tokens": pack_string_array(tokens),
+                                        "tokenizer.ggml.token_type": pack_int32_array(types)}, added)
+
+
+def test_a_gguf_listing_its_end_ids_in_eos_token_ids_has_no_sd101(real_gguf_models, tmp_path):
+    """Unsloth's Gemma 4 layout, eos 1 plus [1, 106, 50]: llama.cpp stops on <turn|> (its EOG
+    list) and Ollama on the listed ids. Before: SD101 (error) for transformers/vLLM/TGI."""
+    path = _gemma4_gguf(real_gguf_models, tmp_path / "gemma4.gguf", [1, 106, 50])
+    report = inspect_model(str(path))
+    assert [m.text for m in report.analysis.end_of_turn] == ["<turn|>"]
+    assert 106 in report.analysis.runtime("llama.cpp").ids
+    assert not [f for f in report.findings if f.code == "SD101"]
+
+
+def test_the_same_gguf_without_the_list_still_has_sd101(real_gguf_models, tmp_path):
+    """Without `tokenizer.ggml.eos_token_ids` nothing in the file names <turn|> as a stop: a loader
+    that reads the eos (transformers, vLLM) misses it, and SD101 says so."""
+    path = _gemma4_gguf(real_gguf_models, tmp_path / "gemma4.gguf", None)
+    (finding,) = [f for f in inspect_model(str(path)).findings if f.code == "SD101"]
+    assert "transformers" in finding.evidence["runtimes_missing"]
