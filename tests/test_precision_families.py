@@ -105,3 +105,76 @@ def test_the_same_gguf_without_the_list_still_has_sd101(real_gguf_models, tmp_pa
     path = _gemma4_gguf(real_gguf_models, tmp_path / "gemma4.gguf", None)
     (finding,) = [f for f in inspect_model(str(path)).findings if f.code == "SD101"]
     assert "transformers" in finding.evidence["runtimes_missing"]
+
+
+def _serving(tmp_path: Path, name: str, text: str):
+    from stopdoctor.facts.serving import load_serving
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return load_serving(path)
+
+
+# Qwen3's card (Qwen/Qwen3-8B README.md, "Best Practices" 3. and its quickstart), the lines that
+# name an output length.
+QWEN3_CARD = """# Qwen3-8B
+
+```python
+generated_ids = model.generate(
+    **model_inputs,
+    max_new_tokens=32768
+)
+```
+
+3. **Adequate Output Length**: We recommend using an output length of 32,768 tokens for most queries. For benchmarking on highly complex problems, such as those found in math and programming competitions, we suggest setting the max output length to 38,912 tokens. This provides the model with sufficient space to generate detailed and comprehensive responses, thereby enhancing its overall performance.
+"""
+
+
+def test_sd451_takes_the_length_the_card_recommends_not_its_benchmark_ceiling(tmp_path):
+    """A request at the card's own 32,768 is fine; 38,912 is for benchmarking only. Before: SD451
+    compared with the largest length the card mentions and flagged 32,768."""
+    from fixtures.reasoning import build_reasoning
+    from stopdoctor.api import serving_findings
+
+    folder = build_reasoning("hybrid", tmp_path / "m")
+    (folder / "README.md").write_text(QWEN3_CARD)
+    analysis = inspect_model(str(folder)).analysis
+    assert not serving_findings(analysis, _serving(tmp_path, "ok.json", '{"model": "m", "max_tokens": 32768}'))
+    (short,) = serving_findings(analysis, _serving(tmp_path, "short.json", '{"model": "m", "max_tokens": 2000}'))
+    assert short.code == "SD451" and short.evidence["recommended"] == 32768
+
+
+def test_the_card_length_follows_the_mode_in_use(tmp_path):
+    """A card that states one length per mode: thinking gets the thinking length, a model served
+    with thinking off the other one."""
+    from fixtures.reasoning import build_reasoning
+    from stopdoctor.facts.card import card_output_tokens
+
+    folder = build_reasoning("hybrid", tmp_path / "m")
+    (folder / "README.md").write_text(
+        "# Model\n\nIn non-thinking mode we recommend an output length of 8,192 tokens.\n"
+        "In thinking mode we recommend an output length of 32,768 tokens.\n"
+        "For benchmarking we suggest a max output length of 81,920 tokens.\n")
+    facts = inspect_model(str(folder)).analysis.facts
+    assert card_output_tokens(facts, thinking=True).value == 32768
+    assert card_output_tokens(facts, thinking=False).value == 8192
+
+
+def test_an_ollama_generate_body_is_read_with_its_options(tmp_path):
+    """Ollama's /api/generate keeps its budget and stops under "options": num_predict is the
+    budget, and with or without it the body is no OpenAI completions request (SD430's 16-token
+    default is vLLM's, SGLang's and llama-cpp-python's, not Ollama's -1). Before: SD430 fired."""
+    from fixtures.synth import build_family
+    from stopdoctor.api import serving_findings
+
+    analysis = inspect_model(str(build_family("chatml", tmp_path / "m"))).analysis
+    body = _serving(tmp_path, "generate.json", json.dumps(
+        {"model": "m", "prompt": "Why is the sky blue?", "stream": False,
+         "options": {"num_predict": 512, "stop": ["<|im_end|>"]}}))
+    assert body.max_tokens.value == 512 and body.max_tokens.key == "options.num_predict"
+    assert [s.value for s in body.stop] == ["<|im_end|>"]
+    assert "SD430" not in {f.code for f in serving_findings(analysis, body)}
+    bare = _serving(tmp_path, "bare.json", json.dumps({"model": "m", "prompt": "Hi", "keep_alive": "5m"}))
+    assert "SD430" not in {f.code for f in serving_findings(analysis, bare)}
+    openai = _serving(tmp_path, "openai.json", json.dumps({"model": "m", "prompt": "Hi"}))
+    assert "SD430" in {f.code for f in serving_findings(analysis, openai)}  # still caught

@@ -223,8 +223,9 @@ def reasoning_budget_too_small(subject: ServingInput, self: Check):
 
     What it checks:
     `max_tokens`/`max_completion_tokens` (request), `-n` (llama.cpp), `num_predict` (Ollama)
-    below the output length the model card recommends (read from its README), or below 1024
-    when the card says none, on a model that thinks by default.
+    below the output length the model card recommends for thinking (read from its README: the
+    length for most queries, not a benchmarking ceiling), or below 1024 when the card says none,
+    on a model that thinks by default.
 
     Why it matters:
     The budget is shared: thinking spends it first, so the answer ends with `length` inside
@@ -243,7 +244,7 @@ def reasoning_budget_too_small(subject: ServingInput, self: Check):
     budget = serving.max_tokens.value
     if not isinstance(budget, int) or budget <= 0:
         return
-    card = card_output_tokens(analysis.facts)
+    card = card_output_tokens(analysis.facts, thinking=True)
     floor = card.value if card is not None else MIN_REASONING_BUDGET
     if budget < floor:
         source = f"the model card recommends {floor:,} output tokens" if card is not None else \
