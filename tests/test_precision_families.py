@@ -178,3 +178,52 @@ def test_an_ollama_generate_body_is_read_with_its_options(tmp_path):
     assert "SD430" not in {f.code for f in serving_findings(analysis, bare)}
     openai = _serving(tmp_path, "openai.json", json.dumps({"model": "m", "prompt": "Hi"}))
     assert "SD430" in {f.code for f in serving_findings(analysis, openai)}  # still caught
+
+
+# GLM's specials over SmolLM2's (ids 1-11), as a GGUF converted without eot/eom keys would carry
+# them (converters before llama.cpp PR #14939, or another tool): eos <|endoftext|> only.
+GLM_GGUF_TOKENS = {1: "[gMASK]", 2: "<sop>", 3: "[MASK]", 4: "[sMASK]", 5: "<eop>", 6: "<|system|>", 7: "<|user|>",
+                   8: "<|assistant|>", 9: "<|observation|>", 10: "<think>", 11: "</think>"}
+
+
+def _glm_gguf(real_gguf_models, target: Path) -> Path:
+    import struct
+
+    source = real_gguf_models.smollm2_gguf
+    tokens = list(read_header(source).metadata["tokenizer.ggml.tokens"])
+    for token_id, text in GLM_GGUF_TOKENS.items():
+        tokens[token_id] = text
+    return with_values(source, target, {"tokenizer.ggml.tokens": pack_string_array(tokens),
+                                        "tokenizer.ggml.eos_token_id": struct.pack("<I", 0),
+                                        "tokenizer.chat_template": pack_string(_template("GLM-4.6"))})
+
+
+def test_a_glm_gguf_served_gets_one_sd401_with_one_value_per_key(real_gguf_models, tmp_path):
+    """GLM's turn ends where <|user|> or <|observation|> opens: one cause, one finding, whose fix
+    sets each key once (llama.cpp eot and eom, as the converter writes them; vLLM one id list).
+    Before: two SD401 per server, each setting tokenizer.ggml.eos_token_id to another id."""
+    from stopdoctor.api import serving_findings
+
+    path = _glm_gguf(real_gguf_models, tmp_path / "glm.gguf")
+    analysis = inspect_model(str(path)).analysis
+    assert [m.text for m in analysis.end_of_turn] == ["<|user|>", "<|observation|>"]
+    (llama,) = [f for f in serving_findings(analysis, _serving(tmp_path, "serve.sh", "llama-server -m glm.gguf --jinja\n"))
+                if f.code == "SD401"]
+    assert llama.fix.count("--override-kv") == 2 and "eot_token_id=int:7" in llama.fix and "eom_token_id=int:9" in llama.fix
+    fixed = _serving(tmp_path, "fixed.sh", f"llama-server -m glm.gguf --jinja {llama.fix.removeprefix('add ')}\n")
+    assert not [f for f in serving_findings(analysis, fixed) if f.code == "SD401"]  # the fix is enough
+    (vllm,) = [f for f in serving_findings(analysis, _serving(tmp_path, "v.sh", "vllm serve ./glm.gguf\n")) if f.code == "SD401"]
+    assert '"stop_token_ids": [7, 9]' in vllm.fix
+
+
+def test_a_modelfile_stop_inside_the_thought_and_the_turn_is_reported_once(real_gguf_models, tmp_path):
+    """`PARAMETER stop "</think>"` on GLM: SD420 (a stop inside the turn) says it; SD452 no longer
+    says it again. Before: both, for the one stop."""
+    from stopdoctor.api import serving_findings
+
+    path = _glm_gguf(real_gguf_models, tmp_path / "glm.gguf")
+    analysis = inspect_model(str(path)).analysis
+    modelfile = _serving(tmp_path, "Modelfile", 'FROM ./glm.gguf\nPARAMETER stop "</think>"\nPARAMETER stop "<|user|>"\n'
+                                                'PARAMETER stop "<|observation|>"\n')
+    found = [(f.code, f.location.key) for f in serving_findings(analysis, modelfile)]
+    assert [code for code, _ in found].count("SD420") == 1 and "SD452" not in [code for code, _ in found], found

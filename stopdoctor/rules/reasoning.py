@@ -27,6 +27,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.card_sampling import card_sampling, card_values
+from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
@@ -283,8 +284,8 @@ def stop_inside_thought(subject: ServingInput, self: Check):
         return
     for setting in serving.stop:
         text = setting.value
-        if not isinstance(text, str):
-            continue
+        if not isinstance(text, str) or inside_turn(analysis, text) is not None:
+            continue  # SD420 reports a stop the template writes inside the turn: one finding per stop
         hazard = reasoning.stop_hazard(text)
         if hazard is not None:
             yield self.finding(f"stop string {text!r}: {hazard}", "remove it", serving.location(setting.key), Severity.ERROR)
@@ -293,7 +294,7 @@ def stop_inside_thought(subject: ServingInput, self: Check):
                                "remove it, or apply it to the parsed answer only", serving.location(setting.key))
     for setting in serving.stop_token_ids:
         text = analysis.facts.vocab.text_of(setting.value) if isinstance(setting.value, int) else None
-        hazard = reasoning.stop_hazard(text) if text else None
+        hazard = reasoning.stop_hazard(text) if text and inside_turn(analysis, text) is None else None
         if hazard is not None:
             yield self.finding(f"stop id {setting.value} ({text}): {hazard}", "remove it", serving.location(setting.key),
                                Severity.ERROR)
