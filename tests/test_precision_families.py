@@ -227,3 +227,25 @@ def test_a_modelfile_stop_inside_the_thought_and_the_turn_is_reported_once(real_
                                                 'PARAMETER stop "<|observation|>"\n')
     found = [(f.code, f.location.key) for f in serving_findings(analysis, modelfile)]
     assert [code for code, _ in found].count("SD420") == 1 and "SD452" not in [code for code, _ in found], found
+
+
+@pytest.mark.parametrize("command", ["vllm-mlx serve mlx-community/Qwen3-8B-4bit --port 8000\n",
+                                     "llama-server-proxy -m m.gguf --port 8080\n", "./my_server --model m\n"])
+def test_an_unknown_launcher_is_said_to_be_unknown(tmp_path, command):
+    """`vllm-mlx` (an MLX server with its own stop rule) is not vLLM: read as one, its stop set
+    would be vLLM's. Before: `vllm-mlx serve M` was read as `vllm serve M`."""
+    from stopdoctor.core.errors import InputError
+
+    with pytest.raises(InputError, match="launcher .* is not one stopdoctor knows"):
+        _serving(tmp_path, "serve.sh", command)
+
+
+@pytest.mark.parametrize("command, kind", [
+    ("#!/bin/bash\nexport HF_HOME=/data\nCUDA_VISIBLE_DEVICES=0 vllm serve m --port 8000\n", "vllm"),
+    ("python3 -m vllm.entrypoints.openai.api_server --model m\n", "vllm"),
+    ("huggingface-cli download m --local-dir m\n/opt/llama.cpp/build/bin/llama-server -m m/m.gguf --jinja\n", "llamacpp"),
+    ("docker run --gpus all vllm/vllm-openai:latest --model m\n", "vllm"),
+    ("uv run python -m sglang.launch_server --model-path m\n", "sglang"),
+])
+def test_known_launchers_keep_their_kind(tmp_path, command, kind):
+    assert _serving(tmp_path, "serve.sh", command).kind == kind

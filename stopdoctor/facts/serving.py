@@ -27,7 +27,7 @@ from typing import Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.facts.serving_config import ServingConfig, Setting
-from stopdoctor.facts.serving_engines import guess_engine, parse_engine_command
+from stopdoctor.facts.serving_engines import guess_engine, launcher_kind, parse_engine_command
 
 KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
@@ -77,10 +77,13 @@ def guess_kind(path: Path, text: str) -> str:
     if name.endswith((".yaml", ".yml")):
         return "vllm"
 
+    launched = launcher_kind(path, text)
+    if launched is not None:
+        return launched
     engine = guess_engine(text)
     if engine is not None:
         return engine
-    if re.search(r"\bvllm\b|vllm\.entrypoints", text):
+    if re.search(r"(?<![\w-])vllm(?![\w-])|vllm\.entrypoints", text):
         return "vllm"
     if re.search(r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s", text):
         return "llamacpp"
