@@ -80,7 +80,8 @@ def launcher_kind(path: Path, text: str) -> str | None:
         raise InputError(f"{path}: cannot tell what kind of serving file this is: the launcher {named[0]!r} is not one "
                          f"stopdoctor knows, and it is not read as any of "
                          f"{', '.join(sorted(set(LAUNCHERS.values())))}",
-                         hint="if it runs one of these engines with its stop rule, pass --kind KIND")
+                         hint="if it runs one of these engines unchanged, write that engine's own command line "
+                              "(`fix` also takes --kind KIND)")
     return None
 
 
