@@ -1,0 +1,47 @@
+"""Template shapes still misread (issue #27 §3), each reduced from a real template to the lines
+that matter (the source named beside it), or built from the test corpora, and each failed before
+its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fixtures.reasoning import HARMONY, build_reasoning
+from stopdoctor.api import inspect_model
+from stopdoctor.template.turns import analyze_turns
+
+
+def _with_template(folder: Path, template: str) -> Path:
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+# Unsloth's gpt-oss template (unsloth/gpt-oss-20b, "Chat template fixes by Unsloth") closes the final
+# answer of a training conversation with <|end|>, where OpenAI's writes <|return|>.
+UNSLOTH_HARMONY = HARMONY.replace("message.content + '<|return|>' }}", "message.content + '<|end|>' }}")
+
+
+def test_harmony_has_one_answer_in_json_and_text(tmp_path):
+    """<|end|> closes the thought; the reasoning section says never to stop on it. The end of turn,
+    the reasoning stops and the findings must say the same: <|return|> (and <|call|>). Before:
+    end of turn none (SD202), the reasoning asked to stop on <|end|> (SD150) while saying never to."""
+    from stopdoctor.reporters.human import render_inspect_human
+    from stopdoctor.reporters.inspect_json import render_inspect_json
+
+    assert UNSLOTH_HARMONY != HARMONY
+    folder = _with_template(build_reasoning("harmony", tmp_path / "m"), UNSLOTH_HARMONY)
+    result = inspect_model(str(folder))
+    analysis = result.analysis
+    vocab = analysis.facts.vocab
+    assert [m.text for m in analysis.end_of_turn] == ["<|return|>"]
+    assert analysis.reasoning.stop_texts == ("<|return|>", "<|call|>")
+    assert not [f for f in result.findings if f.code in ("SD150", "SD202", "SD101")]
+    document = json.loads(render_inspect_json(result))
+    assert [e["text"] for e in document["end_of_turn"]] == ["<|return|>"]
+    assert document["reasoning"]["stop_ids_needed"] == [vocab.id_of("<|return|>"), vocab.id_of("<|call|>")]
+    assert vocab.id_of("<|end|>") not in document["reasoning"]["stop_ids_needed"]
+    text = render_inspect_human(result, width=200)
+    assert "end of turn  <|return|>" in text and "stop on <|end|>" not in text
