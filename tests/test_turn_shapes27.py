@@ -45,3 +45,23 @@ def test_harmony_has_one_answer_in_json_and_text(tmp_path):
     assert vocab.id_of("<|end|>") not in document["reasoning"]["stop_ids_needed"]
     text = render_inspect_human(result, width=200)
     assert "end of turn  <|return|>" in text and "stop on <|end|>" not in text
+
+
+# microsoft/Phi-4-mini-reasoning's template, whole: a fixed system block closed by <|end|>, every
+# message closed by the same role-generic <|end|>, and eos_token once, after the last message.
+PHI4_MINI_REASONING = (
+    "{{ '<|system|>Your name is Phi, an AI math expert developed by Microsoft.' }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %} {{ message['content'] }}{% if 'tools' in message and message['tools'] is not none %}"
+    "{{ '<|tool|>' + message['tools'] + '<|/tool|>' }}{% endif %}{% endif %}{% endfor %}{{ '<|end|>' }}"
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+)
+PHI_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>", "<|tool|>", "<|/tool|>"]
+
+
+def test_a_role_generic_closer_is_the_turn_end_not_the_final_eos():
+    """Every turn ends <|end|>; eos follows only the conversation's last message. Before: the
+    closer shared with the system block was read as part of the next user header, and the final
+    eos was taken for the turn's end."""
+    turns = analyze_turns(PHI4_MINI_REASONING, {"eos_token": "<|endoftext|>"}, PHI_TOKENS)
+    assert (turns.style, [m.text for m in turns.end_of_turn]) == ("token", ["<|end|>"])

@@ -377,7 +377,11 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
         first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
-        header = common_suffix(close_mid, first_user or "", known)
+        # ...but never the close both endings share: a role-generic closer after every message,
+        # the fixed system block's too (Phi-4-mini-reasoning `<|system|>…<|end|><|user|>`), is the
+        # turn's end, not part of the user header; the eos after the last one only ends the conversation
+        shared = common_prefix(close_end, close_mid, known) if close_end and close_end.strip() else ""
+        header = common_suffix(close_mid[len(shared):], first_user or "", known)
         if header.strip():
             close_mid = close_mid[: len(close_mid) - len(header)]
 
