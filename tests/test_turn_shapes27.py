@@ -65,3 +65,27 @@ def test_a_role_generic_closer_is_the_turn_end_not_the_final_eos():
     eos was taken for the turn's end."""
     turns = analyze_turns(PHI4_MINI_REASONING, {"eos_token": "<|endoftext|>"}, PHI_TOKENS)
     assert (turns.style, [m.text for m in turns.end_of_turn]) == ("token", ["<|end|>"])
+
+
+# axolotl's command_a.jinja, its no-tools branch: answers are <|START_RESPONSE|>…<|END_RESPONSE|>
+# then <|END_OF_TURN_TOKEN|>, and the chatbot header is written after the last message whatever
+# add_generation_prompt says.
+COMMAND_A = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{%- if message.role|lower == 'system' %}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>{{ message.content }}<|END_OF_TURN_TOKEN|>"
+    "{%- elif message.role|lower == 'user' %}<|START_OF_TURN_TOKEN|><|USER_TOKEN|>{{ message.content }}<|END_OF_TURN_TOKEN|>"
+    "{%- elif message.role|lower == 'assistant' or message.role|lower == 'chatbot' %}"
+    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>{{message.content}}<|END_RESPONSE|><|END_OF_TURN_TOKEN|>"
+    "{%- endif %}{%- endfor %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{%- if add_generation_prompt -%}<|START_RESPONSE|>{%- endif %}"
+)
+COMMAND_A_TOKENS = ["<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>",
+                    "<|CHATBOT_TOKEN|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>", "<|END_ACTION|>"]
+
+
+def test_command_a_ends_its_turn_at_the_end_of_turn_token_not_the_response_close():
+    """<|END_RESPONSE|> closes the response section the turn opened with <|START_RESPONSE|>: a
+    tool-call turn never writes it, so it never ends a turn. Before: it was accepted as an earlier
+    token of the same close, so a stop set of <|END_RESPONSE|> alone passed."""
+    turns = analyze_turns(COMMAND_A, {"eos_token": "<|END_OF_TURN_TOKEN|>", "bos_token": "<BOS_TOKEN>"}, COMMAND_A_TOKENS)
+    assert [m.text for m in turns.end_of_turn] == ["<|END_OF_TURN_TOKEN|>"]
+    assert "<|END_RESPONSE|>" not in {m.text for m in turns.also_ends}

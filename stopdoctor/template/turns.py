@@ -399,6 +399,8 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     markers, also = found[-1:], found[:-1]
     if markers and also:
         also = _shared_by_tool_call_turns(probe, special_tokens, known, prefix, openers, markers[0].text, also)
+        head = between(end, _U1, _A1) if end is not None else None
+        also = [m for m in also if not _closes_a_section(m.text, head or "")]
     if not markers:
         style, markers = _headerish_end(probe, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
@@ -420,6 +422,24 @@ def _shared_by_tool_call_turns(probe: _Probe, special_tokens: Mapping[str, str] 
     if last not in pieces:
         return earlier  # the tool-call turn closes some other way: nothing to compare with
     return [m for m in earlier if m.text in pieces]
+
+
+# How a closing token names its opener: <|END_RESPONSE|> / <|START_RESPONSE|>, </x> / <x>,
+# <x|> / <|x>, <|end_of_x|> / <|begin_of_x|>.
+_PAIRS = ((re.compile(r"END"), ("START", "BEGIN")), (re.compile(r"end"), ("start", "begin")))
+
+
+def _closes_a_section(token: str, head: str) -> bool:
+    """True when `token` closes a span the assistant turn opened before its content (Command A's
+    <|START_RESPONSE|>…<|END_RESPONSE|>): it ends the answer section, and a tool-call turn, which
+    writes another section, never writes it; the turn ends at the token after it."""
+    openers = {sub.sub(word, token, count=1) for sub, words in _PAIRS for word in words if sub.search(token)}
+    if token.startswith("</"):
+        openers.add("<" + token[2:])
+    if token.endswith("|>") and not token.startswith("<|"):
+        openers.add("<|" + token[1:-2] + ">")
+    openers.discard(token)
+    return any(opener in head for opener in openers)
 
 
 def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
