@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fixtures.reasoning import HARMONY, build_reasoning
 from stopdoctor.api import inspect_model
 from stopdoctor.template.turns import analyze_turns
@@ -89,3 +91,27 @@ def test_command_a_ends_its_turn_at_the_end_of_turn_token_not_the_response_close
     turns = analyze_turns(COMMAND_A, {"eos_token": "<|END_OF_TURN_TOKEN|>", "bos_token": "<BOS_TOKEN>"}, COMMAND_A_TOKENS)
     assert [m.text for m in turns.end_of_turn] == ["<|END_OF_TURN_TOKEN|>"]
     assert "<|END_RESPONSE|>" not in {m.text for m in turns.also_ends}
+
+
+# A turn closed only when another follows, its headers plain text: ChatML whose <|im_start|> is
+# no special token of the vocabulary (only the eos <|im_end|> is), and a "role: " chat closed by eos.
+CLOSED_WHEN_FOLLOWED = {
+    "chatml, <|im_end|> the only special": (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% if not loop.last or add_generation_prompt %}"
+        "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        {"eos_token": "<|im_end|>"}, ["<|im_end|>"], "<|im_end|>"),
+    "role labels, eos close": (
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if not loop.last or add_generation_prompt %}{{ eos_token }}\n"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+        {"eos_token": "</s>", "bos_token": "<s>"}, ["</s>", "<s>"], "</s>"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED_WHEN_FOLLOWED))
+def test_a_turn_closed_only_when_another_follows_closes(name):
+    """The close is written before the generation prompt too, so it is the first special token of
+    the prompt; with plain-text headers it was taken for the opener of every turn, cut away, and
+    the template read as never closing (a false SD202). It is the turn's end."""
+    source, specials, known, close = CLOSED_WHEN_FOLLOWED[name]
+    turns = analyze_turns(source, specials, known)
+    assert (turns.style, [m.text for m in turns.end_of_turn]) == ("only-when-followed", [close])

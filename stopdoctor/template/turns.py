@@ -250,6 +250,8 @@ def _prompt_opener(generation_prompt: str | None, first_header: str | None, know
     if first in in_header:
         return first
     later = [p for p in split_pieces(generation_prompt or "", known) if p in known and p != bos]
+    if not in_header and (generation_prompt or "").split(first, 1)[1].strip():
+        return None  # a plain-text header follows it: the close of the turn before, written when one follows
     return next((p for p in later[1:] if p in in_header), first)
 
 
