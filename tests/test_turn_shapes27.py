@@ -115,3 +115,17 @@ def test_a_turn_closed_only_when_another_follows_closes(name):
     source, specials, known, close = CLOSED_WHEN_FOLLOWED[name]
     turns = analyze_turns(source, specials, known)
     assert (turns.style, [m.text for m in turns.end_of_turn]) == ("only-when-followed", [close])
+
+
+# A template that ignores add_generation_prompt: the assistant's header follows the last message
+# whatever the flag says, and nothing but a newline closes a turn.
+ALWAYS_HEADER = ("{% for m in messages %}{% if m.role == 'user' %}Human: {{ m.content }}\n{% elif m.role == 'assistant' %}"
+                 "Assistant: {{ m.content }}\n{% endif %}{% endfor %}Assistant:")
+
+
+def test_an_always_written_next_header_is_not_glued_onto_the_close():
+    """After the last answer the template writes "\\nAssistant:" (the next prompt), after an earlier
+    one "\\nHuman: ": the turn ends at the newline, and the stop is the next user header. Before:
+    "Assistant:" (the header the model never writes after its answer) was taken as the end of turn."""
+    turns = analyze_turns(ALWAYS_HEADER, {"eos_token": "</s>"}, ["</s>"])
+    assert (turns.style, [(m.text, m.kind) for m in turns.end_of_turn]) == ("whitespace", [("Human:", "text")])

@@ -375,13 +375,16 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     headers = _headers(probe, special_tokens, known, openers)
     close_end = cut_at_opener(after_end, openers, known) if after_end is not None else None
     close_mid = cut_at_opener(after_mid, openers, known) if after_mid is not None else None
+    if generation_prompt == "" and close_end and close_mid is not None:
+        # add_generation_prompt ignored: the last answer is followed by the next assistant header
+        # ("…\nAssistant:"), never a close; only what a following turn shares closes the turn
+        close_end = common_prefix(close_end, close_mid, known)
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
         first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
-        # ...but never the close both endings share: a role-generic closer after every message,
-        # the fixed system block's too (Phi-4-mini-reasoning `<|system|>…<|end|><|user|>`), is the
-        # turn's end, not part of the user header; the eos after the last one only ends the conversation
+        # ...never the close both endings share: a role-generic closer after every message (the fixed
+        # system block's too, Phi-4-mini-reasoning) is the turn's end; a final eos ends the conversation
         shared = common_prefix(close_end, close_mid, known) if close_end and close_end.strip() else ""
         header = common_suffix(close_mid[len(shared):], first_user or "", known)
         if header.strip():
@@ -426,15 +429,13 @@ def _shared_by_tool_call_turns(probe: _Probe, special_tokens: Mapping[str, str] 
     return [m for m in earlier if m.text in pieces]
 
 
-# How a closing token names its opener: <|END_RESPONSE|> / <|START_RESPONSE|>, </x> / <x>,
-# <x|> / <|x>, <|end_of_x|> / <|begin_of_x|>.
+# How a closing token names its opener: END_X / START_X, </x> / <x>, <x|> / <|x>, end_of_x / begin_of_x.
 _PAIRS = ((re.compile(r"END"), ("START", "BEGIN")), (re.compile(r"end"), ("start", "begin")))
 
 
 def _closes_a_section(token: str, head: str) -> bool:
-    """True when `token` closes a span the assistant turn opened before its content (Command A's
-    <|START_RESPONSE|>…<|END_RESPONSE|>): it ends the answer section, and a tool-call turn, which
-    writes another section, never writes it; the turn ends at the token after it."""
+    """True when `token` closes a span the turn opened before its content (Command A's
+    <|START_RESPONSE|>…<|END_RESPONSE|>): a section's end, which a tool-call turn never writes."""
     openers = {sub.sub(word, token, count=1) for sub, words in _PAIRS for word in words if sub.search(token)}
     if token.startswith("</"):
         openers.add("<" + token[2:])
