@@ -158,6 +158,11 @@ def test_the_card_length_follows_the_mode_in_use(tmp_path):
     facts = inspect_model(str(folder)).analysis.facts
     assert card_output_tokens(facts, thinking=True).value == 32768
     assert card_output_tokens(facts, thinking=False).value == 8192
+    # a code sample's short budget is no recommendation
+    folder = build_reasoning("hybrid", tmp_path / "sample")
+    (folder / "README.md").write_text("# Model\n\n```python\nmodel.generate(**inputs, max_new_tokens=512)\n```\n\n"
+                                      "We recommend using an output length of 32,768 tokens for most queries.\n")
+    assert card_output_tokens(inspect_model(str(folder)).analysis.facts).value == 32768
 
 
 def test_an_ollama_generate_body_is_read_with_its_options(tmp_path):

@@ -26,17 +26,20 @@ _OUTPUT_LENGTH = re.compile(r"(?:output length|max(?:imum)?[_ ]new[_ ]tokens|max
 _BENCHMARK = re.compile(r"benchmark|competition|highly complex|most challenging", re.IGNORECASE)
 _NON_THINKING = re.compile(r"non[- ]?thinking|no[- ]?think|without thinking|thinking (?:is )?(?:off|disabled)", re.IGNORECASE)
 _THINKING = re.compile(r"thinking|reasoning", re.IGNORECASE)
+_RECOMMENDS = re.compile(r"recommend|suggest|adequate", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class CardLength:
     """One output length a card states: its value, line, the mode its sentence names
-    ("thinking", "non-thinking" or None) and whether the sentence is about benchmarking."""
+    ("thinking", "non-thinking" or None), whether the sentence is about benchmarking and whether
+    it recommends the length (a code sample's `max_new_tokens=512` does not)."""
 
     value: int
     line: int
     mode: str | None
     benchmark: bool
+    recommended: bool
 
 
 def card_output_tokens(facts: ModelFacts, thinking: bool = True) -> Sourced[int] | None:
@@ -51,6 +54,8 @@ def card_output_tokens(facts: ModelFacts, thinking: bool = True) -> Sourced[int]
     mode, other = ("thinking", "non-thinking") if thinking else ("non-thinking", "thinking")
     everyday = [c for c in lengths if not c.benchmark and c.mode != other]
     chosen = [c for c in everyday if c.mode == mode] or everyday
+    # the length a sentence recommends; else the largest a sample uses
+    chosen = [c for c in chosen if c.recommended] or sorted(chosen, key=lambda c: -c.value)
     if not chosen:  # only ceilings for this mode: the smallest of them is the least it asks for
         chosen = sorted((c for c in lengths if c.mode != other), key=lambda c: c.value)
     return Sourced(chosen[0].value, Location("README.md", None, chosen[0].line)) if chosen else None
@@ -76,5 +81,6 @@ def _scan(path: Path) -> tuple[CardLength, ...]:
             continue
         sentence = _sentence(text, match.start(), match.end())
         mode = "non-thinking" if _NON_THINKING.search(sentence) else "thinking" if _THINKING.search(sentence) else None
-        found.append(CardLength(value, text.count("\n", 0, match.start()) + 1, mode, bool(_BENCHMARK.search(sentence))))
+        found.append(CardLength(value, text.count("\n", 0, match.start()) + 1, mode, bool(_BENCHMARK.search(sentence)),
+                                bool(_RECOMMENDS.search(sentence))))
     return tuple(found)
