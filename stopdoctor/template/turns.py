@@ -376,15 +376,16 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     close_end = cut_at_opener(after_end, openers, known) if after_end is not None else None
     close_mid = cut_at_opener(after_mid, openers, known) if after_mid is not None else None
     if generation_prompt == "" and close_end and close_mid is not None:
-        # add_generation_prompt ignored: the last answer is followed by the next assistant header
-        # ("…\nAssistant:"), never a close; only what a following turn shares closes the turn
-        close_end = common_prefix(close_end, close_mid, known)
+        # add_generation_prompt ignored: the header that opened the answer follows it ("…\nAssistant:")
+        shared = common_prefix(close_end, close_mid, known)
+        rest = close_end[len(shared):].strip()
+        if rest and (between(end, _U1, _A1) or "").rstrip().endswith(rest):
+            close_end = shared
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
         first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
-        # ...never the close both endings share: a role-generic closer after every message (the fixed
-        # system block's too, Phi-4-mini-reasoning) is the turn's end; a final eos ends the conversation
+        # ...never the close both endings share (a role-generic closer, Phi-4-mini-reasoning's <|end|>)
         shared = common_prefix(close_end, close_mid, known) if close_end and close_end.strip() else ""
         header = common_suffix(close_mid[len(shared):], first_user or "", known)
         if header.strip():
@@ -434,8 +435,7 @@ _PAIRS = ((re.compile(r"END"), ("START", "BEGIN")), (re.compile(r"end"), ("start
 
 
 def _closes_a_section(token: str, head: str) -> bool:
-    """True when `token` closes a span the turn opened before its content (Command A's
-    <|START_RESPONSE|>…<|END_RESPONSE|>): a section's end, which a tool-call turn never writes."""
+    """`token` closes a span the turn opened before its content (Command A <|END_RESPONSE|>)."""
     openers = {sub.sub(word, token, count=1) for sub, words in _PAIRS for word in words if sub.search(token)}
     if token.startswith("</"):
         openers.add("<" + token[2:])
