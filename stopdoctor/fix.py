@@ -223,8 +223,11 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
     if serving.kind == "ollama":
         wanted = []
         for finding in findings:
-            if finding.code == "SD401" and finding.evidence.get("end_of_turn") and finding.evidence["end_of_turn"] not in wanted:
-                wanted.append(finding.evidence["end_of_turn"])
+            if finding.code != "SD401":
+                continue
+            for text in finding.evidence.get("end_of_turns") or [finding.evidence.get("end_of_turn")]:
+                if text and text not in wanted:
+                    wanted.append(text)
         if not wanted:
             return []
         after = _add_modelfile_stops(serving, wanted)

@@ -9,7 +9,7 @@ Imports: model, facts, template, runtimes, verdict.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.errors import TemplateError
@@ -133,7 +133,7 @@ def analyze(facts: ModelFacts) -> Analysis:
     specials = facts.special_token_texts()
     if template is not None:
         known_special = list(facts.vocab.special_tokens)
-        analysis.reasoning = _reasoning(template.source, specials, known_special)
+        analysis.reasoning = _harmony_stops(_reasoning(template.source, specials, known_special), facts)
         try:
             analysis.turns = analyze_turns(template.source, specials, known_special)
         except TemplateIgnoresMessages:
@@ -142,17 +142,51 @@ def analyze(facts: ModelFacts) -> Analysis:
             analysis.turn_headers = dict(analysis.turns.headers)
             for marker in analysis.turns.end_of_turn:
                 mapped = _map_marker(facts, marker.text, marker.evidence, template.name, marker.kind)
-                hazard = analysis.stop_hazard(mapped.stop_id) if mapped.stop_id is not None else None
+                hazard = (analysis.stop_hazard(mapped.stop_id) if mapped.stop_id is not None
+                          else analysis.reasoning.stop_hazard(marker.text))
                 if hazard is None:
                     analysis.end_of_turn.append(mapped)
                 else:  # never reported as an end-of-turn, so never suggested as a stop
                     analysis.rejected_end_of_turn.append((mapped, hazard))
+            _harmony_end_of_turn(analysis, template.name)
         bos = specials.get("bos_token")
         analysis.writes_bos = template_writes_bos(template.source, bos, specials)
     analysis.stops = all_stops(facts)  # the core runtimes, then the other engines
     unsafe = frozenset(d.id for d in facts.declared_for("eos") if d.id is not None and analysis.stop_hazard(d.id) is not None)
     analysis.verdict = decide(facts, analysis.end_of_turn_ids, unsafe)
     return analysis
+
+
+# Harmony's end of generation (openai-harmony `stop_tokens_for_assistant_actions`): the answer ends
+# <|return|>, a tool call <|call|>; <|end|> closes every message, the thought's too.
+HARMONY_STOPS = ("<|return|>", "<|call|>")
+
+
+def _harmony_stops(reasoning: ReasoningStructure, facts: ModelFacts) -> ReasoningStructure:
+    """One answer for a Harmony reply: a template that closes the final answer with the token that
+    closes the thought (Unsloth's gpt-oss template writes `<|end|>` there, never `<|return|>`)
+    still needs the format's own stops, never the thought's close."""
+    if reasoning.style != "harmony":
+        return reasoning
+    vocab = facts.vocab
+    own = [t for t in HARMONY_STOPS if vocab.is_single_token(t) is not None]
+    kept = [t for t in reasoning.stop_texts if reasoning.stop_hazard(t) is None]
+    stops = tuple(dict.fromkeys([*own, *kept]))
+    return reasoning if stops == reasoning.stop_texts else replace(reasoning, stop_texts=stops)
+
+
+def _harmony_end_of_turn(analysis: Analysis, template: str) -> None:
+    """A Harmony template whose turn close is the thought's close (refused above) or none: the
+    reply ends where the reasoning section says it stops, so `end_of_turn` says the same."""
+    reasoning = analysis.reasoning
+    if reasoning.style != "harmony" or analysis.end_of_turn or not reasoning.stop_texts:
+        return
+    text = reasoning.stop_texts[0]
+    evidence = (f"Harmony (gpt-oss): the reply ends {text}, the format's end of generation; the template closes the "
+                f"final answer with {reasoning.close or 'nothing'}, which closes the thought too")
+    analysis.end_of_turn.append(_map_marker(analysis.facts, text, evidence, template, "token"))
+    if analysis.turns is not None:
+        analysis.turns = replace(analysis.turns, style="token")
 
 
 def _reasoning(source: str, specials: dict, known_special: list[str]) -> ReasoningStructure:

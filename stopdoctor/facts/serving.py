@@ -27,7 +27,7 @@ from typing import Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.facts.serving_config import ServingConfig, Setting
-from stopdoctor.facts.serving_engines import guess_engine, parse_engine_command
+from stopdoctor.facts.serving_engines import guess_engine, launcher_kind, parse_engine_command
 
 KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
@@ -77,10 +77,13 @@ def guess_kind(path: Path, text: str) -> str:
     if name.endswith((".yaml", ".yml")):
         return "vllm"
 
+    launched = launcher_kind(path, text)
+    if launched is not None:
+        return launched
     engine = guess_engine(text)
     if engine is not None:
         return engine
-    if re.search(r"\bvllm\b|vllm\.entrypoints", text):
+    if re.search(r"(?<![\w-])vllm(?![\w-])|vllm\.entrypoints", text):
         return "vllm"
     if re.search(r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s", text):
         return "llamacpp"
@@ -434,30 +437,44 @@ def _parse_modelfile(path: Path, text: str) -> ServingConfig:
 # --- request body ---------------------------------------------------------------------------------
 
 
+# Keys only Ollama's native API (/api/generate, /api/chat) takes: its sampling lives in "options"
+# (num_predict, stop), never at the top level as OpenAI-style servers read it.
+OLLAMA_NATIVE_KEYS = ("options", "keep_alive", "raw", "think", "context")
+
+
+def is_ollama_native(body: dict) -> bool:
+    """An Ollama /api/generate or /api/chat body (api/types.go GenerateRequest, ChatRequest)."""
+    return isinstance(body.get("options"), dict) or any(k in body for k in OLLAMA_NATIVE_KEYS[1:])
+
+
 def _parse_request(path: Path, text: str) -> ServingConfig:
     body = parse_json(text, str(path), hint=None)
     if not isinstance(body, dict):
         raise InputError(f"{path}: a request body is a JSON object")
-    stop = body.get("stop")
+    # Ollama's native body: stop and num_predict under "options" (its num_predict is the budget)
+    nested = body.get("options") if isinstance(body.get("options"), dict) else {}
+    prefix = "options." if nested else ""
+    settings = nested if nested else body
+    stop = settings.get("stop")
     if stop is None:
         stops: tuple[Setting, ...] = ()
     elif isinstance(stop, str):
-        stops = (Setting(stop, "stop"),)
+        stops = (Setting(stop, f"{prefix}stop"),)
     elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         _check_count(path, "stop", len(stop), "stop strings")
-        stops = tuple(Setting(s, f"stop[{i}]") for i, s in enumerate(stop))
+        stops = tuple(Setting(s, f"{prefix}stop[{i}]") for i, s in enumerate(stop))
     else:
-        raise InputError(f"{path}: \"stop\" must be a string or a list of strings")
+        raise InputError(f"{path}: \"{prefix}stop\" must be a string or a list of strings")
     ids = body.get("stop_token_ids") or []
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InputError(f"{path}: \"stop_token_ids\" must be a list of integers")
     _check_count(path, "stop_token_ids", len(ids), "stop ids")
     max_tokens = None
-    for key in ("max_completion_tokens", "max_tokens"):
-        if body.get(key) is not None:
-            if not isinstance(body[key], int) or isinstance(body[key], bool):
-                raise InputError(f"{path}: \"{key}\" must be an integer")
-            max_tokens = Setting(body[key], key)
+    for key in ("num_predict",) if nested else ("max_completion_tokens", "max_tokens"):
+        if settings.get(key) is not None:
+            if not isinstance(settings[key], int) or isinstance(settings[key], bool):
+                raise InputError(f"{path}: \"{prefix}{key}\" must be an integer")
+            max_tokens = Setting(settings[key], f"{prefix}{key}")
             break
     ignore = Setting(bool(body["ignore_eos"]), "ignore_eos") if "ignore_eos" in body else None
     model = Setting(body["model"], "model") if isinstance(body.get("model"), str) else None

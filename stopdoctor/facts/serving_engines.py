@@ -29,6 +29,62 @@ MODEL_FLAGS = {"sglang": ("--model-path", "--model"), "mlx-lm": ("--model",), "m
 MAX_TOKENS_FLAGS = {"mlx-lm": ("--max-tokens",), "mlx-vlm": ("--max-tokens",)}
 
 
+# The program (or `python -m` module) that starts each server, by its own name: the launcher of a
+# command line decides its kind, never a known name inside another program's name (`vllm-mlx`
+# is not vLLM).
+LAUNCHERS = {
+    "vllm": "vllm", "vllm.entrypoints.openai.api_server": "vllm",
+    "llama-server": "llamacpp", "llama-cli": "llamacpp", "server": "llamacpp",  # `server`: llama.cpp before b3100
+    "sglang": "sglang", "sglang.launch_server": "sglang",
+    "mlx_lm.server": "mlx-lm", "mlx_lm": "mlx-lm", "mlx-lm": "mlx-lm",
+    "mlx_vlm.server": "mlx-vlm", "mlx_vlm": "mlx-vlm", "mlx-vlm": "mlx-vlm",
+    "llama_cpp.server": "llama-cpp-python",
+}
+# Words that run another program: the launcher is after them (with their flags and VAR=value).
+_RUNNERS = {"exec", "sudo", "nohup", "env", "time", "nice", "uv", "uvx", "run", "poetry", "pipx", "numactl", "taskset"}
+# Words that wrap a server in a container or a job: the launcher is somewhere inside, read by name.
+_CONTAINERS = {"docker", "podman", "apptainer", "singularity", "kubectl", "srun", "bash", "sh"}
+_SETUP = {"export", "set", "cd", "source", ".", "echo", "unset", "ulimit", "mkdir", "pip", "if", "fi", "then", "else"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# an unknown launcher that contains a known name is the one to name in the error
+_KNOWN_INSIDE = re.compile(r"vllm|llama[-_.]?(?:cpp|server|cli)|sglang|mlx[-_][lv]", re.IGNORECASE)
+
+
+def launcher_kind(path: Path, text: str) -> str | None:
+    """The kind of the first command whose launcher is known (LAUNCHERS); None when the file only
+    runs containers/shells or no command at all (the caller reads it by content then). Any other
+    launcher is unknown, and said so (exit 2): one that merely contains a known name
+    (`vllm-mlx serve M`) is never read as that engine."""
+    unknown = []
+    containers = False
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        while words and (words[0] in _RUNNERS or words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
+            words = words[1:]
+        if not words or words[0] in _SETUP or words[0].startswith("#!"):
+            continue
+        program = words[0].replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
+        if program.startswith("python") and len(words) > 2 and words[1] == "-m":
+            program = words[2]
+        if program in LAUNCHERS:
+            return LAUNCHERS[program]
+        if program in _CONTAINERS:
+            containers = True
+        else:
+            unknown.append(program)
+    if unknown and not containers:
+        named = [p for p in unknown if _KNOWN_INSIDE.search(p)] or unknown
+        raise InputError(f"{path}: cannot tell what kind of serving file this is: the launcher {named[0]!r} is not one "
+                         f"stopdoctor knows, and it is not read as any of "
+                         f"{', '.join(sorted(set(LAUNCHERS.values())))}",
+                         hint="if it runs one of these engines unchanged, write that engine's own command line "
+                              "(`fix` also takes --kind KIND)")
+    return None
+
+
 def guess_engine(text: str) -> str | None:
     for kind, pattern in ENGINE_PATTERNS:
         if pattern.search(text):

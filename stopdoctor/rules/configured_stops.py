@@ -11,7 +11,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
-from stopdoctor.runtimes.advice import serving_stop_line
+from stopdoctor.runtimes.advice import serving_stop_lines
 
 # Tokens that frame the middle of an assistant turn, by what they do there. Each counts only when
 # the model's template (or vocabulary, for Harmony) shows the model uses it.
@@ -78,14 +78,15 @@ def stop_inside_turn(subject: ServingInput, self: Check):
     vocab = analysis.facts.vocab
     configured = [(s.value, s.key) for s in serving.stop if isinstance(s.value, str) and s.value]
     configured += [(text, s.key) for s in serving.stop_token_ids if (text := vocab.text_of(s.value)) is not None]
-    ends = list(analysis.end_of_turn)
+    ends = [(m.text, m.stop_id) for m in analysis.end_of_turn]
+    if analysis.turns is None or analysis.turns.style != "next-header":
+        ends = ends[-1:]  # the turn's last closing token; a next-header template needs every header
     for text, key in configured:
         hit = inside_turn(analysis, text)
         if hit is None:
             continue
         token, why = hit
-        instead = (serving_stop_line(serving.kind, ends[-1].text, ends[-1].stop_id) if ends
-                   else "stop on the end-of-turn token")
+        instead = serving_stop_lines(serving.kind, ends) if ends else "stop on the end-of-turn token"
         yield self.finding(
             f"{key} {text!r} stops inside the assistant's turn: {why}, so replies end too early",
             f"remove it; {instead}",

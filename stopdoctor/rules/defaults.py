@@ -7,6 +7,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 from stopdoctor.facts.card import card_output_tokens
+from stopdoctor.facts.serving import is_ollama_native
 from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT, OLLAMA_CONTEXT
 
 
@@ -16,7 +17,8 @@ def default_budget_truncates(subject: ServingInput, self: Check):
 
     What it checks:
     A request body with `prompt` (a completions request, no `messages`) and neither `max_tokens`
-    nor `max_completion_tokens`.
+    nor `max_completion_tokens`. An Ollama `/api/generate` body (its `options`, `keep_alive`…) is
+    no such request: its budget is `options.num_predict`.
 
     Why it matters:
     The runtime's default budget applies silently: 16 new tokens, so every answer is cut after a
@@ -39,6 +41,8 @@ def default_budget_truncates(subject: ServingInput, self: Check):
     options = serving.options
     if "prompt" not in options or "messages" in options:
         return
+    if is_ollama_native({name: setting.value for name, setting in options.items()}):
+        return  # Ollama /api/generate: its budget is options.num_predict, unlimited (-1) by default
     runtimes = ", ".join(f"{d.runtime} {d.version}" for d in COMPLETIONS_DEFAULT)
     yield self.finding(
         f"this completions request names no max_tokens: {runtimes} give it {COMPLETIONS_DEFAULT[0].value} new tokens",

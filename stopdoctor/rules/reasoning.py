@@ -27,6 +27,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.card_sampling import card_sampling, card_values
+from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
@@ -223,8 +224,9 @@ def reasoning_budget_too_small(subject: ServingInput, self: Check):
 
     What it checks:
     `max_tokens`/`max_completion_tokens` (request), `-n` (llama.cpp), `num_predict` (Ollama)
-    below the output length the model card recommends (read from its README), or below 1024
-    when the card says none, on a model that thinks by default.
+    below the output length the model card recommends for thinking (read from its README: the
+    length for most queries, not a benchmarking ceiling), or below 1024 when the card says none,
+    on a model that thinks by default.
 
     Why it matters:
     The budget is shared: thinking spends it first, so the answer ends with `length` inside
@@ -243,7 +245,7 @@ def reasoning_budget_too_small(subject: ServingInput, self: Check):
     budget = serving.max_tokens.value
     if not isinstance(budget, int) or budget <= 0:
         return
-    card = card_output_tokens(analysis.facts)
+    card = card_output_tokens(analysis.facts, thinking=True)
     floor = card.value if card is not None else MIN_REASONING_BUDGET
     if budget < floor:
         source = f"the model card recommends {floor:,} output tokens" if card is not None else \
@@ -282,8 +284,8 @@ def stop_inside_thought(subject: ServingInput, self: Check):
         return
     for setting in serving.stop:
         text = setting.value
-        if not isinstance(text, str):
-            continue
+        if not isinstance(text, str) or inside_turn(analysis, text) is not None:
+            continue  # SD420 reports a stop the template writes inside the turn: one finding per stop
         hazard = reasoning.stop_hazard(text)
         if hazard is not None:
             yield self.finding(f"stop string {text!r}: {hazard}", "remove it", serving.location(setting.key), Severity.ERROR)
@@ -292,7 +294,7 @@ def stop_inside_thought(subject: ServingInput, self: Check):
                                "remove it, or apply it to the parsed answer only", serving.location(setting.key))
     for setting in serving.stop_token_ids:
         text = analysis.facts.vocab.text_of(setting.value) if isinstance(setting.value, int) else None
-        hazard = reasoning.stop_hazard(text) if text else None
+        hazard = reasoning.stop_hazard(text) if text and inside_turn(analysis, text) is None else None
         if hazard is not None:
             yield self.finding(f"stop id {setting.value} ({text}): {hazard}", "remove it", serving.location(setting.key),
                                Severity.ERROR)

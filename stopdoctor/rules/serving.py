@@ -18,7 +18,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
-from stopdoctor.runtimes.advice import serving_stop_line
+from stopdoctor.runtimes.advice import serving_stop_lines
 from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
@@ -159,6 +159,7 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
     if analysis.turns is None or analysis.turns.style != "next-header":
         markers = markers[-1:]  # the turn's last closing token is the one to add
     misses = []
+    plain: list[tuple[str, int | None, str]] = []
     for text, token_id, origin in markers:
         if serving.kind == "ollama" and token_id is not None and token_id in llama_eog:
             misses.append(_Miss(
@@ -167,23 +168,31 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
                 f'add PARAMETER stop "{text}"', "PARAMETER stop", Severity.WARNING,
                 dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids))))
             continue
-        shown = f"{text} (id {token_id})" if token_id is not None else repr(text)
-        gguf = next(iter(analysis.facts.source.files), None) if analysis.facts.is_gguf else None
-        line = serving_stop_line(serving.kind, text, token_id, gguf)  # the advice inspect and fix give too
-        if serving.kind == "ollama":
-            fix, key = f"add {line}", "PARAMETER stop"
-        elif serving.kind == "llamacpp":
-            fix, key = ((f"add {line}", "--override-kv") if token_id is not None
-                        else (f"add {line} (or fix the template)", "-r"))
-        elif serving.kind == "vllm":
-            fix = line
-            key = serving.generation_config.key if serving.generation_config else "--generation-config"
-        else:
-            fix, key = line, "--model"
-        misses.append(_Miss(
-            f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
-            f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
-            fix, key, None, dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids), stop_texts=list(stops.texts))))
+        plain.append((text, token_id, origin))
+    if not plain:
+        return misses
+    # One cause (the server stops on no marker), one finding: a next-header template's headers
+    # (GLM: <|user|>, <|observation|>) get one fix that sets each key once, never one per header.
+    shown = " / ".join(f"{text} (id {token_id})" if token_id is not None else repr(text) for text, token_id, _ in plain)
+    gguf = next(iter(analysis.facts.source.files), None) if analysis.facts.is_gguf else None
+    # the advice inspect and fix give too
+    line = serving_stop_lines(serving.kind, [(text, token_id) for text, token_id, _ in plain], gguf)
+    if serving.kind == "ollama":
+        fix, key = f"add {line}", "PARAMETER stop"
+    elif serving.kind == "llamacpp":
+        fix, key = ((f"add {line}", "--override-kv") if all(token_id is not None for _, token_id, _ in plain)
+                    else (f"add {line} (or fix the template)", "-r"))
+    elif serving.kind == "vllm":
+        fix = line
+        key = serving.generation_config.key if serving.generation_config else "--generation-config"
+    else:
+        fix, key = line, "--model"
+    text, token_id, origin = plain[0]
+    misses.append(_Miss(
+        f"{serving.kind} stops on {sorted(stops.ids)}{' and ' + repr(list(stops.texts)) if stops.texts else ''} "
+        f"({stops.rule}), which misses the end-of-turn {shown} of {origin}",
+        fix, key, None, dict(end_of_turn=text, id=token_id, end_of_turns=[t for t, _, _ in plain],
+                             ids=[i for _, i, _ in plain], stops=sorted(stops.ids), stop_texts=list(stops.texts))))
     return misses
 
 

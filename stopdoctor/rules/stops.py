@@ -24,13 +24,20 @@ def _fix_location(analysis: Analysis) -> Location:
     return Location("config.json", "eos_token_id")
 
 
+def _listed_gguf_end_ids(analysis: Analysis) -> set[int]:
+    """The ids a GGUF lists in tokenizer.ggml.eos_token_ids (empty for an HF folder)."""
+    return {d.id for d in analysis.facts.declared_for("eos")
+            if d.id is not None and d.location.key == "tokenizer.ggml.eos_token_ids"}
+
+
 @check("SD101", "end-of-turn-not-a-stop-id", Severity.ERROR)
 def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
     """The template's end-of-turn token is not a stop id of a runtime.
 
     What it checks:
     Renders the chat template, reads the token it writes right after assistant content (the
-    end-of-turn marker), and looks it up in each runtime's effective stop ids.
+    end-of-turn marker), and looks it up in each runtime's effective stop ids. A GGUF that lists the
+    marker in `tokenizer.ggml.eos_token_ids` is judged on llama.cpp alone (Ollama reads that list).
 
     Why it matters:
     The model was trained to end its turn with this token. A runtime that does not stop on it lets
@@ -52,6 +59,11 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
     # the core runtimes; another engine's miss is reported where it is served (check --serving)
     missing = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and s.complete and analysis.misses_end_of_turn(s.ids)
                and not (s.runtime == "transformers" and not s.ids and not analysis.facts.is_gguf)]
+    if analysis.facts.is_gguf and set(required) & _listed_gguf_end_ids(analysis):
+        # the GGUF lists its end ids in tokenizer.ggml.eos_token_ids (Unsloth's Gemma 4: eos 1 plus
+        # [1, 106, 50]): Ollama stops on that list, llama.cpp on its own end-of-generation set; only
+        # an HF loader of the GGUF reads the single eos, and the file is not what to change for it
+        missing = [runtime for runtime in missing if runtime == "llama.cpp"]
     if not missing:
         return
     stopping = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and set(required) & set(s.ids)]
@@ -66,6 +78,10 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
         message += f" ({', '.join(stopping)} will)"
     if analysis.facts.is_gguf:
         fix = gguf_eos_advice(location.file, primary[0])
+    elif wanted == current:
+        # generation_config.json already lists the end of turn: only the converted GGUF misses it
+        # (convert_hf_to_gguf.py reads the tokenizer files, never generation_config.json)
+        fix = "after convert_hf_to_gguf.py, " + gguf_eos_advice("MODEL.gguf", primary[0])
     else:
         fix = f"set {location.file} \"eos_token_id\": {wanted}"
     for marker in markers:

@@ -50,3 +50,38 @@ def serving_stop_line(kind: str, text: str, token_id: int | None, gguf: str | No
     if kind == "sglang":  # SamplingParams.stop_token_ids
         line += f"; per request: \"stop_token_ids\": [{token_id}]"
     return line
+
+
+# llama.cpp reads each of these keys as one id and ends generation on all of them
+# (`llama_vocab::impl::load`, the "sanity checks" after its end-of-generation list): a template
+# ended by several next-turn headers (GLM: <|user|>, <|observation|>) gets one key per header, as
+# convert_hf_to_gguf.py's `_set_vocab_glm` writes them; never two values for one key.
+GGUF_END_KEYS = ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", GGUF_EOS_KEY)
+
+
+def serving_stop_lines(kind: str, markers: list[tuple[str, int | None]], gguf: str | None = None) -> str:
+    """What makes a server of `kind` stop on every one of `markers` (text, id when one special
+    token): `serving_stop_line` for one marker; for several, one line that sets each key once."""
+    if len(markers) == 1:
+        return serving_stop_line(kind, markers[0][0], markers[0][1], gguf)
+    ids = [token_id for _, token_id in markers if token_id is not None]
+    texts = [text for text, _ in markers]
+    if kind == "ollama":
+        return " and ".join(f'PARAMETER stop "{text}"' for text in texts)
+    if kind == "llamacpp":
+        keyed = list(zip(GGUF_END_KEYS, ids))
+        rest = [text for text, token_id in markers if token_id not in {i for _, i in keyed}]
+        return " ".join([f"--override-kv {key}=int:{token_id}" for key, token_id in keyed] + [f"-r {t!r}" for t in rest])
+    all_ids = len(ids) == len(markers)
+    if kind == "request":
+        return f'"stop_token_ids": {ids}' if all_ids else f'"stop": {texts}'
+    if not all_ids:
+        return "use a template whose end-of-turn is a special token"
+    line = f"add {' and '.join(map(str, ids))} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
+    if kind == "vllm":
+        return line + f" and serve with --generation-config auto (per request: \"stop_token_ids\": {ids})"
+    if kind == "llama-cpp-python" or gguf is not None:
+        return "serve it with llama.cpp " + serving_stop_lines("llamacpp", markers)
+    if kind == "sglang":
+        line += f"; per request: \"stop_token_ids\": {ids}"
+    return line

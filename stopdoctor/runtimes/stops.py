@@ -17,7 +17,8 @@ The rules, as read from each runtime's source:
 - llama.cpp (and Ollama, which runs it): every end-of-generation (EOG) id, computed as
   llama-vocab.cpp does (see `LLAMA_CPP_EOG_TEXTS`). For an HF folder this is what
   `convert_hf_to_gguf.py` would produce: eos from the tokenizer config (config.json as fallback),
-  then the same rule over the vocabulary.
+  the eot/eom ids its converter class writes for the architecture (`CONVERTER_TURN_TEXTS`), then
+  the same rule over the vocabulary.
 
 Imports: model, facts.
 """
@@ -60,6 +61,40 @@ def llama_cpp_control_by_text(facts: ModelFacts) -> set[int]:
     # role for) when the GGUF has its key, as gguf_tokenizer decides
     return control_by_text(index, lambda role: bool(facts.declared_for(role)) if role in ROLES
                            else gguf is not None and f"tokenizer.ggml.{role}_token_id" in gguf.metadata)
+
+
+# The eot/eom tokens convert_hf_to_gguf.py writes, by token text, for an architecture of config.json
+# (llama.cpp b10435: conversion/base.py `_set_vocab_glm`, used by Glm4MoeModel, Glm4MoeLiteModel and
+# GlmMoeDsaModel, eom since llama.cpp PR #14939; `_set_vocab_glmedge`; conversion/glm.py
+# Glm4Model.set_vocab; conversion/chatglm.py ChatGLMModel.set_vocab; SolarOpenModel.set_vocab).
+# `SpecialVocab._set_special_token` keeps a role already read from the tokenizer files, and those
+# never name eot/eom, so these are what the GGUF gets.
+_GLM_NEXT_HEADERS = {"eot": "<|user|>", "eom": "<|observation|>"}
+CONVERTER_TURN_TEXTS: dict[str, dict[str, str]] = {
+    **dict.fromkeys(("Glm4MoeForCausalLM", "Glm4vMoeForConditionalGeneration", "Glm4MoeLiteForCausalLM",
+                     "GlmMoeDsaForCausalLM"), _GLM_NEXT_HEADERS),
+    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",
+                     "GlmForCausalLM", "ChatGLMModel", "ChatGLMForConditionalGeneration", "GlmasrModel"),
+                    {"eot": "<|user|>"}),
+    "SolarOpenForCausalLM": {"eot": "<|endoftext|>"},
+}
+
+
+def converter_turn_ids(facts: ModelFacts) -> dict[str, list[StopId]]:
+    """The eot/eom ids convert_hf_to_gguf.py would write for this HF folder, by role (empty for a
+    GGUF, an architecture it writes none for, or a token the vocabulary lacks: the converter then
+    fails, and llama.cpp falls back to its own detection)."""
+    if facts.is_gguf:
+        return {}
+    config = facts.documents.get("config.json")
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
+        return {}
+    # the converter picks its class by the first architecture (ModelBase.from_model_architecture)
+    written = CONVERTER_TURN_TEXTS.get(architectures[0], {})
+    found = facts.vocab.exact_ids(tuple(written.values()))
+    return {role: [StopId(found[text], text, Location(f"convert_hf_to_gguf.py writes {role} for {architectures[0]}"))]
+            for role, text in written.items() if text in found}
 
 
 # llama.cpp's default eos per tokenizer model when the GGUF has no tokenizer.ggml.eos_token_id.
@@ -174,8 +209,11 @@ def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
         default = LLAMA_CPP_DEFAULT_EOS.get(header.tokenizer_model or "")
         if default is not None and (size is None or default < size):
             eos = [StopId(default, vocab.text_of(default), Location("llama.cpp default eos of this tokenizer model"))]
-    eot = in_vocab(_stop_ids(facts.declared_for("eot"))) or by_text(LLAMA_CPP_EOT_TEXTS, "llama.cpp end-of-turn auto-detection", True)
-    eom = in_vocab(_stop_ids(facts.declared_for("eom"))) or by_text(LLAMA_CPP_EOM_TEXTS, "llama.cpp end-of-message auto-detection", True)
+    converted = converter_turn_ids(facts)
+    eot = (in_vocab(_stop_ids(facts.declared_for("eot"))) or converted.get("eot")
+           or by_text(LLAMA_CPP_EOT_TEXTS, "llama.cpp end-of-turn auto-detection", True))
+    eom = (in_vocab(_stop_ids(facts.declared_for("eom"))) or converted.get("eom")
+           or by_text(LLAMA_CPP_EOM_TEXTS, "llama.cpp end-of-message auto-detection", True))
     fim: list[StopId] = []
     for role, texts in LLAMA_CPP_FIM_EOG_TEXTS.items():
         fim += (in_vocab(_stop_ids(facts.declared_for(role)))

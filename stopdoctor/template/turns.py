@@ -250,6 +250,8 @@ def _prompt_opener(generation_prompt: str | None, first_header: str | None, know
     if first in in_header:
         return first
     later = [p for p in split_pieces(generation_prompt or "", known) if p in known and p != bos]
+    if not in_header and (generation_prompt or "").split(first, 1)[1].strip():
+        return None  # a plain-text header follows it: the close of the turn before, written when one follows
     return next((p for p in later[1:] if p in in_header), first)
 
 
@@ -373,11 +375,19 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     headers = _headers(probe, special_tokens, known, openers)
     close_end = cut_at_opener(after_end, openers, known) if after_end is not None else None
     close_mid = cut_at_opener(after_mid, openers, known) if after_mid is not None else None
+    if generation_prompt == "" and close_end and close_mid is not None:
+        # add_generation_prompt ignored: the header that opened the answer follows it ("…\nAssistant:")
+        shared = common_prefix(close_end, close_mid, known)
+        rest = close_end[len(shared):].strip()
+        if rest and (between(end, _U1, _A1) or "").rstrip().endswith(rest):
+            close_end = shared
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first
         # user message is preceded by too. Nothing left means nothing closes the turn (GLM-4).
         first_user = _text_before(probe, special_tokens, [*prefix, u1], _U1)
-        header = common_suffix(close_mid, first_user or "", known)
+        # ...never the close both endings share (a role-generic closer, Phi-4-mini-reasoning's <|end|>)
+        shared = common_prefix(close_end, close_mid, known) if close_end and close_end.strip() else ""
+        header = common_suffix(close_mid[len(shared):], first_user or "", known)
         if header.strip():
             close_mid = close_mid[: len(close_mid) - len(header)]
 
@@ -395,6 +405,8 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
     markers, also = found[-1:], found[:-1]
     if markers and also:
         also = _shared_by_tool_call_turns(probe, special_tokens, known, prefix, openers, markers[0].text, also)
+        head = between(end, _U1, _A1) if end is not None else None
+        also = [m for m in also if not _closes_a_section(m.text, head or "")]
     if not markers:
         style, markers = _headerish_end(probe, special_tokens, known, after_mid, close or (close_end or "") or (close_mid or ""),
                                         inner | openers)
@@ -416,6 +428,21 @@ def _shared_by_tool_call_turns(probe: _Probe, special_tokens: Mapping[str, str] 
     if last not in pieces:
         return earlier  # the tool-call turn closes some other way: nothing to compare with
     return [m for m in earlier if m.text in pieces]
+
+
+# How a closing token names its opener: END_X / START_X, </x> / <x>, <x|> / <|x>, end_of_x / begin_of_x.
+_PAIRS = ((re.compile(r"END"), ("START", "BEGIN")), (re.compile(r"end"), ("start", "begin")))
+
+
+def _closes_a_section(token: str, head: str) -> bool:
+    """`token` closes a span the turn opened before its content (Command A <|END_RESPONSE|>)."""
+    openers = {sub.sub(word, token, count=1) for sub, words in _PAIRS for word in words if sub.search(token)}
+    if token.startswith("</"):
+        openers.add("<" + token[2:])
+    if token.endswith("|>") and not token.startswith("<|"):
+        openers.add("<|" + token[1:-2] + ">")
+    openers.discard(token)
+    return any(opener in head for opener in openers)
 
 
 def _headerish_end(probe: _Probe, special_tokens: Mapping[str, str] | None, known: list[str], after_mid: str | None,
