@@ -23,6 +23,7 @@ from stopdoctor.runtimes.stops import tokenizer_eos
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+FINISH_REPETITION = "repetition"  # vLLM's runtime loop stop: the engine cut a loop, not a finished answer
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Step:
 @dataclass(frozen=True)
 class StopCause:
     """Why generation ended. kind: eos | stop_id | stop_string | length | unreported (a server
-    said "stop" without saying on what; `text` lists what could have ended it)."""
+    said "stop" without saying on what; `text` lists what could have ended it) | repetition (a
+    server stopped a loop: vLLM's finish_reason `repetition`)."""
 
     kind: str
     id: int | None = None
@@ -50,7 +52,7 @@ class StopCause:
 
     @property
     def finish_reason(self) -> str:
-        return FINISH_LENGTH if self.kind == "length" else FINISH_STOP
+        return {"length": FINISH_LENGTH, "repetition": FINISH_REPETITION}.get(self.kind, FINISH_STOP)
 
 
 @dataclass(frozen=True)
@@ -117,11 +119,20 @@ class HallucinatedTurn:
 
 
 @dataclass(frozen=True)
+class StopStringLeft:
+    """A stop string the request asked for, yet in the returned text: the server did not cut there."""
+
+    text: str
+    offset: int
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     should_have_stopped: ShouldHaveStopped | None
     counterfactual: Counterfactual | None
     hallucinated_turn: HallucinatedTurn | None
     turns: tuple[HallucinatedTurn, ...] = field(default_factory=tuple)
+    stop_string_left: StopStringLeft | None = None
 
     @property
     def runaway_signs(self) -> bool:
@@ -345,7 +356,18 @@ def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: 
         counterfactual=counterfactual(generation, missed, stop_ids) if generation.finish_reason == FINISH_LENGTH else None,
         hallucinated_turn=headline_turn(turns, weak_allowed=not headers),
         turns=tuple(turns),
+        stop_string_left=stop_string_left(generation),
     )
+
+
+def stop_string_left(generation: Generation) -> StopStringLeft | None:
+    """The first stop string a server was sent (`server["sent"]["stop"]`) that its returned text
+    still holds: a server cuts the text before a stop string it matched, so one left in the answer
+    was not matched (or not honoured), and the client is shown it."""
+    sent = ((generation.server or {}).get("sent") or {}).get("stop") or ()
+    found = [(generation.text.find(stop), stop) for stop in sent if isinstance(stop, str) and stop]
+    at, stop = min(((at, stop) for at, stop in found if at >= 0), default=(-1, ""))
+    return StopStringLeft(stop, at) if at >= 0 else None
 
 
 def headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
@@ -387,8 +409,11 @@ def end_of_turn_odds(generation: Generation) -> EndOfTurnOdds | None:
 def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:
     """1 on a runaway: the model wrote the next turn itself (even when something later stopped it),
     or it ran to the budget after a token that should have ended its turn. 0 when it stopped in
-    time (a stop string that cut the next turn off did its job), and for a plain length."""
-    if diagnosis.hallucinated_turn is not None:
+    time (a stop string that cut the next turn off did its job), and for a plain length. 1 too
+    when a server stopped a loop (finish_reason repetition) or left a stop string in the answer."""
+    if diagnosis.hallucinated_turn is not None or diagnosis.stop_string_left is not None:
+        return EXIT_FINDINGS
+    if generation.finish_reason == FINISH_REPETITION:
         return EXIT_FINDINGS
     if generation.finish_reason == FINISH_LENGTH and diagnosis.runaway_signs:
         return EXIT_FINDINGS

@@ -19,7 +19,8 @@ from stopdoctor.actions.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STRE
 from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
-from stopdoctor.analysis.repetition import REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW
+from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW, RUN_GRAM,
+                                            RUN_MIN_CHARS, RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 
 # Problem thresholds (documented in the README and the rules' docs); the repetition ones are
 # `analysis.repetition`'s, shared with `generate`.
@@ -511,8 +512,15 @@ WITH normalised AS (
                 THEN string_split_regex(trim(text), '\s+')[-{REPETITION_WINDOW}:] END AS words,
            CASE WHEN finish = 'length' AND text IS NOT NULL
                 THEN trim(regexp_replace(text, '(?s)<think>.*?(</think>|$)', '', 'g')) END AS visible,
-           CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends
+           CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends,
+           CASE WHEN finish = 'stop' AND length(text) >= {RUN_MIN_CHARS}
+                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run
     FROM normalised
+), ran AS (
+    -- a loop without whitespace: the last run of non-space characters (`analysis.repetition`)
+    SELECT *, CASE WHEN length(last_run) >= {RUN_MIN_CHARS} AND NOT regexp_full_match(last_run, {sql_string(RUN_RULE_CHARACTERS)})
+                   THEN right(last_run, {RUN_WINDOW}) END AS run
+    FROM scored
 )
 SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
        output_tokens, reasoning_tokens, ts,
@@ -529,9 +537,13 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
        coalesce(finish IN ('stop', 'tool_calls') AND NOT coalesce(multi_choice, false)
            AND output_tokens = {_int('max_tokens')}, false) AS truncated_finished,
        -- degenerate-repetition: the share of repeated word 4-grams in the last words of a `stop` answer
-       CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
+       -- (or of character 8-grams of a last run without whitespace, when at least RUN_THRESHOLD)
+       greatest(CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
             lambda i: words[i] || ' ' || words[i + 1] || ' ' || words[i + 2] || ' ' || words[i + 3])))
-            / (len(words) - 3) END AS repetition,
+            / (len(words) - 3) END,
+            list_filter([1 - len(list_distinct(list_transform(range(1, length(run) - {RUN_GRAM - 2}),
+                lambda i: substring(run, i, {RUN_GRAM})))) / (length(run) - {RUN_GRAM - 1})],
+                lambda share: run IS NOT NULL AND share >= {RUN_THRESHOLD})[1]) AS repetition,
        -- reasoning-consumed-budget: cut by the budget with no answer after reasoning, reasoning tokens
        -- at least REASONING_SHARE of the output, or the model closing its reasoning more than once
        coalesce(finish = 'length' AND (
@@ -542,7 +554,7 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
        CASE WHEN output_tokens > 0 THEN reasoning_tokens::DOUBLE / output_tokens END AS reasoning_share,
        think_ends, coalesce(visible, '') = '' AS empty_answer,
        text, reasoning, finish_hint, stream_id
-FROM scored
+FROM ran
 """
 
 
