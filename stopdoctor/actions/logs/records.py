@@ -199,7 +199,12 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
               f"WHEN 'llama.cpp' THEN coalesce({fam('server', 'llamacpp_finish')}, CASE {stopped_limit} "
               "WHEN 'true' THEN 'limit' WHEN 'false' THEN 'stop' END) "
               f"ELSE {oc('finish')} END")
-    hints = ([] if responses_output == _NULL else [
+    openai_tool = oc("tool_call")
+    hints = ([] if openai_tool == _NULL else [
+        # `stop` with a tool call is a tool call; a chunk's call waits for its stream's finish (`streams_sql`)
+        f"WHEN kind = 'openai-chat' AND lower({oc('finish')}) = 'stop' AND {openai_tool} IS NOT NULL THEN 'tool_calls'",
+        f"WHEN kind = 'openai-chat-stream' AND {openai_tool} IS NOT NULL THEN 'tool_calls'"]
+    ) + ([] if responses_output == _NULL else [
         f"WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
         f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) THEN 'tool_calls'"]
     ) + ([] if parts == _NULL else [
@@ -288,7 +293,10 @@ def _choices_list(line: Mapping[str, str]) -> str:
 
     shared = {k: line[k] for k in ("model", "max_tokens", "output_tokens", "reasoning_tokens", "ts", "stream_id")}
     openai = _answer({**shared, "choice": "coalesce(try_cast(" + get(OPENAI_CHOICE, "index") + " AS INTEGER), i - 1)",
-                      "kind": "kind", "finish_raw": get(OPENAI_CHOICE, "finish"), "text": get(OPENAI_CHOICE, "text"),
+                      "kind": "kind", "finish_raw": get(OPENAI_CHOICE, "finish"),
+                      "finish_hint": f"CASE WHEN lower({get(OPENAI_CHOICE, 'finish')}) = 'stop' AND "
+                                     f"{get(OPENAI_CHOICE, 'tool_call')} IS NOT NULL THEN 'tool_calls' END",
+                      "text": get(OPENAI_CHOICE, "text"),
                       "reasoning": get(OPENAI_CHOICE, "reasoning"), "stop_reason": get(OPENAI_CHOICE, "stop_reason"),
                       "multi_choice": "true"})
     parts = get(GEMINI_CANDIDATE, "parts")
@@ -477,8 +485,9 @@ WITH resolved AS (
     SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
            CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
            arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw,
-           -- a Gemini function call is a tool call only when the answer's finish is STOP
-           CASE WHEN shape <> 'gemini' THEN max(finish_hint)
+           -- a Gemini function call, or a chunk's OpenAI tool call, is a tool call only when the answer's
+           -- finish is STOP (a call cut by the budget stays `length`)
+           CASE WHEN shape NOT IN ('gemini', 'openai-chat-stream') THEN max(finish_hint)
                 WHEN upper(arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL)) = 'STOP' THEN max(finish_hint)
                 END AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
@@ -553,6 +562,10 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
            OR think_ends > 1), false) AS reasoning_budget,
        CASE WHEN output_tokens > 0 THEN reasoning_tokens::DOUBLE / output_tokens END AS reasoning_share,
        think_ends, coalesce(visible, '') = '' AS empty_answer,
+       -- empty-answer: reported stop with no answer text (an OpenAI chat answer's missing content too);
+       -- not Anthropic's pause_turn, a turn paused on a server tool (normalised stop), not ended
+       coalesce(finish = 'stop' AND lower(coalesce(finish_raw, '')) <> 'pause_turn' AND NOT regexp_matches(coalesce(text, ''), '\S')
+                AND (text IS NOT NULL OR kind LIKE 'openai-c%'), false) AS empty_stop,
        text, reasoning, finish_hint, stream_id
 FROM ran
 """
