@@ -116,9 +116,11 @@ def test_a_gemini_stream_is_one_answer_per_response_id():
 
 
 # fixtures/logs/lies.jsonl: lines 1-2 truncated at the budget yet reported finished, 5-6 loops
-# reported `stop`, 9-11 budget consumed by reasoning; every other line is an honest answer.
-LIE_LINES = {"truncated-but-reported-finished": [1, 2], "degenerate-repetition": [5, 6],
-             "reasoning-consumed-budget": [9, 10, 11]}
+# reported `stop`, 9-11 budget consumed by reasoning; 14 vLLM's loop stop (finish_reason
+# repetition), 15-16 loops without whitespace (`?!?!…`, CJK), 17 `stop` with no answer; 18 a tool
+# call reported `stop` (a tool call), 19 CJK prose (honest), as is every other line.
+LIE_LINES = {"truncated-but-reported-finished": [1, 2], "degenerate-repetition": [5, 6, 14, 15, 16],
+             "reasoning-consumed-budget": [9, 10, 11], "empty-answer": [17]}
 
 
 def test_finish_reasons_that_lie_are_counted_exactly_and_never_on_honest_answers():
@@ -129,6 +131,12 @@ def test_finish_reasons_that_lie_are_counted_exactly_and_never_on_honest_answers
     details = {k: [e.detail for e in report.problems[k].examples] for k in LIE_LINES}
     assert details["truncated-but-reported-finished"][0] == "64 output tokens = max_tokens 64"
     assert details["degenerate-repetition"][0].startswith("100% of its last word 4-grams repeat")
+    assert details["degenerate-repetition"][2:] == [
+        "finish_reason repetition: the engine stopped a loop",
+        "99% of the character 8-grams of its last run without spaces repeat",
+        "99% of the character 8-grams of its last run without spaces repeat"]
+    assert details["empty-answer"] == ["finish_reason stop, no answer text"]
+    assert report.finish_native["tool_calls"].get("stop") == 1  # line 18: `stop` with a tool call
     assert details["reasoning-consumed-budget"] == [
         "no answer after the reasoning, reasoning 100% of 512 output tokens", "reasoning 95% of 1,000 output tokens",
         "</think> 2 times"]
@@ -152,7 +160,21 @@ def test_the_shape_fixtures_hold_only_the_lies_they_were_written_with():
 def test_the_new_problems_are_findings():
     run = cli("logs", str(LIES), "--json")
     codes = [f["code"] for f in run.json()["findings"]]
-    assert {"SD704", "SD705", "SD706"} <= set(codes)
+    assert {"SD704", "SD705", "SD706", "SD707"} <= set(codes)
+
+
+def test_a_streamed_tool_call_reported_stop_is_a_tool_call_and_one_cut_stays_length(tmp_path):
+    def chunks(stream_id, finish):
+        return [{"id": stream_id, "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {
+                    "role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                         "function": {"name": "get_weather", "arguments": ""}}]},
+                    "finish_reason": None}]},
+                {"id": stream_id, "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in chunks("a", "stop") + chunks("b", "length")))
+    report = analyze_logs([str(path)])
+    assert report.finish == {"length": 1, "tool_calls": 1} and report.problems["empty-answer"].count == 0
 
 
 @pytest.mark.parametrize("lines", [

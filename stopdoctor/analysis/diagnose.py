@@ -23,6 +23,7 @@ from stopdoctor.runtimes.stops import tokenizer_eos
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+FINISH_REPETITION = "repetition"  # vLLM's runtime loop stop: the engine cut a loop, not a finished answer
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Step:
 @dataclass(frozen=True)
 class StopCause:
     """Why generation ended. kind: eos | stop_id | stop_string | length | unreported (a server
-    said "stop" without saying on what; `text` lists what could have ended it)."""
+    said "stop" without saying on what; `text` lists what could have ended it) | repetition (a
+    server stopped a loop: vLLM's finish_reason `repetition`)."""
 
     kind: str
     id: int | None = None
@@ -50,7 +52,7 @@ class StopCause:
 
     @property
     def finish_reason(self) -> str:
-        return FINISH_LENGTH if self.kind == "length" else FINISH_STOP
+        return {"length": FINISH_LENGTH, "repetition": FINISH_REPETITION}.get(self.kind, FINISH_STOP)
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,15 @@ class HallucinatedTurn:
     role: str
     evidence: str  # the text that opens the turn, as generated
     offset: int  # where that text starts in the generated text
-    source: str  # "template header" | "role word on its own line" | "role label"
+    source: str  # "template header" | "role word on its own line" | "transcript labels" | "role label"
+
+
+@dataclass(frozen=True)
+class StopStringLeft:
+    """A stop string the request asked for, yet in the returned text: the server did not cut there."""
+
+    text: str
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,7 @@ class Diagnosis:
     counterfactual: Counterfactual | None
     hallucinated_turn: HallucinatedTurn | None
     turns: tuple[HallucinatedTurn, ...] = field(default_factory=tuple)
+    stop_string_left: StopStringLeft | None = None
 
     @property
     def runaway_signs(self) -> bool:
@@ -220,18 +231,62 @@ _LABEL_ROLE = {"user": "user", "human": "user"}
 _CODE_FENCE = re.compile(r"(?ms)^[ \t]*```.*?(?:^[ \t]*```|\Z)")
 
 
+# A transcript's role labels: a label at the start of a line, as Markdown may dress it
+# (`### User:`, `**User:**`). Conservative on purpose (measured on 67,594 real ChatGPT answers,
+# tests/test_fake_turns.py): `Q:`/`A:` are not here (FAQs and flashcards use them), nor `Human:`
+# alone (scripts and comparisons use it); a user label counts only when an assistant label
+# follows it (`transcript_turns`).
+_LABEL_DRESS = r"^[ \t]*(?:\#{1,4}[ \t]*)?(?:\*\*)?"
+USER_LABELS = ("User", "USER", "Human", "HUMAN")
+ASSISTANT_LABELS = ("Assistant", "ASSISTANT", "AI", "Bot", "ChatGPT", "GPT")
+_USER_LABEL = re.compile(rf"(?m){_LABEL_DRESS}(?:{'|'.join(USER_LABELS)})(?:\*\*)?[ \t]*:")
+_ASSISTANT_LABEL = re.compile(rf"(?m){_LABEL_DRESS}(?:{'|'.join(ASSISTANT_LABELS)})(?:\*\*)?[ \t]*:")
+TRANSCRIPT = "transcript labels"
+PROMPT_LABEL = "the prompt's own role label"
+
+
+def transcript_turns(text: str, in_code=lambda offset: False) -> list[HallucinatedTurn]:
+    """User turns written as a plain-text transcript: a user label at a line start, after some
+    answer text whose last line does not introduce it (an answer ending in `:` is quoting an
+    example), followed by an assistant label at a line start (`…Paris.\\nUser: And of
+    Germany?\\nAssistant: Berlin.`). Offsets in `text`; `in_code(offset)` says what to skip."""
+    found = []
+    for match in _USER_LABEL.finditer(text):
+        before = text[:match.start()].rstrip()
+        if not before or in_code(match.start()) or before.endswith(":"):
+            continue
+        reply = next((m for m in _ASSISTANT_LABEL.finditer(text, match.end()) if not in_code(m.start())), None)
+        if reply is not None:
+            found.append(HallucinatedTurn(None, "user", match.group(0), match.start(), TRANSCRIPT))
+    return found
+
+
+def prompt_labels(prompt: str) -> dict[str, str]:
+    """A plain-text prompt's own role labels (`Q: …\\nA:`): when it ends with a label at a line
+    start (the model is asked to speak as it) and an earlier line starts with another label, that
+    other label opening a line is the next user turn (`{"user": "\\nQ:"}`); else none."""
+    labels = [(m.group(1), m.start()) for m in re.finditer(r"(?m)^[ \t]*([A-Za-z][\w ]{0,23}?)[ \t]*:", prompt)]
+    if not labels or prompt.rstrip()[-1:] != ":" or prompt.rstrip().rsplit("\n", 1)[-1].strip() != labels[-1][0] + ":":
+        return {}
+    own = labels[-1][0]
+    other = next((label for label, _ in reversed(labels[:-1]) if label != own), None)
+    return {"user": f"\n{other}:"} if other else {}
+
+
 def _stripped_header(header: str, specials: Iterable[str]) -> str:
     for special in sorted(specials, key=len, reverse=True):
         header = header.replace(special, "")
     return header
 
 
-def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = ()) -> list[HallucinatedTurn]:
+def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = (),
+               labels: Mapping[str, str] | None = None) -> list[HallucinatedTurn]:
     """Every place in `text` where a user/system turn opens, step unknown (offset only).
 
-    Three kinds of evidence: the template's own header (`<|im_start|>user\\n`); the header with its
+    Four kinds of evidence: the template's own header (`<|im_start|>user\\n`); the header with its
     special tokens stripped, as a server that skips special tokens returns it, on its own line
-    (`\\nuser\\n`); a transcript role label at the start of a line (`User:`).
+    (`\\nuser\\n`); a transcript, a user label answered by an assistant label (`transcript_turns`);
+    a lone transcript role label at the start of a line (`User:`, weak).
     """
     specials = list(specials)
     fenced = [(m.start(), m.end()) for m in _CODE_FENCE.finditer(text)]
@@ -253,6 +308,14 @@ def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = 
                 if not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
                     found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(),
                                                                      "role word on its own line"))
+    for role, label in (labels or {}).items():
+        for match in re.finditer(re.escape(label), text):
+            if not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence)
+                                                      for t in found.values()):
+                found.setdefault(match.start(), HallucinatedTurn(None, role, label, match.start(), PROMPT_LABEL))
+    for turn in transcript_turns(text, in_code):
+        if not any(t.offset <= turn.offset < t.offset + len(t.evidence) for t in found.values()):
+            found.setdefault(turn.offset, turn)
     for match in _ROLE_LABEL.finditer(text):
         role = _LABEL_ROLE.get(match.group(1).lower())
         if role and not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
@@ -272,6 +335,8 @@ def step_at(steps: Sequence[Step], offset: int) -> int | None:
 
 def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: Iterable[int],
              headers: Mapping[str, str], specials: Iterable[str] = ()) -> Diagnosis:
+    """A plain-text prompt's own role labels (`prompt_labels` of `generation.prompt`: a base
+    model asked `Q: …\\nA:`) are read as headers too, after the template's."""
     stop_ids = list(stop_ids)
     if generation.steps:
         missed = should_have_stopped(generation.steps, enders, stop_ids)
@@ -281,7 +346,8 @@ def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: 
         full_text = generation.text
     # Search everything generated (the stop string/token was the model's too), then keep what
     # lies in the reported text: a turn header cut off by a stop is the stop doing its job.
-    turns = [t for t in find_turns(full_text, headers, specials) if t.offset < len(generation.text)]
+    labels = prompt_labels(generation.prompt) if generation.prompt else {}
+    turns = [t for t in find_turns(full_text, headers, specials, labels) if t.offset < len(generation.text)]
     if generation.steps:
         turns = [HallucinatedTurn(step_at(generation.steps, t.offset), t.role, t.evidence, t.offset, t.source)
                  for t in turns]
@@ -290,7 +356,18 @@ def diagnose(generation: Generation, enders: Mapping[int, TurnEnder], stop_ids: 
         counterfactual=counterfactual(generation, missed, stop_ids) if generation.finish_reason == FINISH_LENGTH else None,
         hallucinated_turn=headline_turn(turns, weak_allowed=not headers),
         turns=tuple(turns),
+        stop_string_left=stop_string_left(generation),
     )
+
+
+def stop_string_left(generation: Generation) -> StopStringLeft | None:
+    """The first stop string a server was sent (`server["sent"]["stop"]`) that its returned text
+    still holds: a server cuts the text before a stop string it matched, so one left in the answer
+    was not matched (or not honoured), and the client is shown it."""
+    sent = ((generation.server or {}).get("sent") or {}).get("stop") or ()
+    found = [(generation.text.find(stop), stop) for stop in sent if isinstance(stop, str) and stop]
+    at, stop = min(((at, stop) for at, stop in found if at >= 0), default=(-1, ""))
+    return StopStringLeft(stop, at) if at >= 0 else None
 
 
 def headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> HallucinatedTurn | None:
@@ -332,8 +409,11 @@ def end_of_turn_odds(generation: Generation) -> EndOfTurnOdds | None:
 def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:
     """1 on a runaway: the model wrote the next turn itself (even when something later stopped it),
     or it ran to the budget after a token that should have ended its turn. 0 when it stopped in
-    time (a stop string that cut the next turn off did its job), and for a plain length."""
-    if diagnosis.hallucinated_turn is not None:
+    time (a stop string that cut the next turn off did its job), and for a plain length. 1 too
+    when a server stopped a loop (finish_reason repetition) or left a stop string in the answer."""
+    if diagnosis.hallucinated_turn is not None or diagnosis.stop_string_left is not None:
+        return EXIT_FINDINGS
+    if generation.finish_reason == FINISH_REPETITION:
         return EXIT_FINDINGS
     if generation.finish_reason == FINISH_LENGTH and diagnosis.runaway_signs:
         return EXIT_FINDINGS

@@ -16,7 +16,7 @@ import math
 import typer
 
 from stopdoctor.cli.app import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, handles_errors, message_pairs
-from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, working
+from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
 
 
 # A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
@@ -74,7 +74,7 @@ def generate(
 ) -> int:
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
     from stopdoctor import api
-    from stopdoctor.core.errors import InputError
+    from stopdoctor.core.errors import InputError, StopdoctorError
 
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
@@ -129,17 +129,30 @@ def generate(
         return 0
 
     how = api.sampling(temperature, top_p, seed)
-    runs = [_run_one(plan, engine, built, max_new_tokens, how, server is not None) for built in plan.prompts]
+    runs, failed = [], []
+    for built in plan.prompts:
+        try:
+            runs.append(_run_one(plan, engine, built, max_new_tokens, how, server is not None))
+        except StopdoctorError as error:
+            if len(plan.prompts) == 1:
+                raise
+            failed.append((built.thinking, error))  # `--thinking both`: keep the run that worked
+    if not runs:
+        raise failed[0][1]
+    for mode, error in failed:
+        say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
+        if error.hint:
+            say(f"hint: {error.hint}")
     if json:
         from stopdoctor.reporters.generation import render_generation_json, render_generation_runs_json
 
-        emit(render_generation_json(*runs[0][:3]) if len(runs) == 1 else render_generation_runs_json(runs))
+        emit(render_generation_json(*runs[0][:3]) if len(plan.prompts) == 1 else render_generation_runs_json(runs))
     else:
         from stopdoctor.reporters.generation import render_generation_human
 
         emit("\n".join(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix,
                                                evidence=evidence) for result, fix, evidence, _ in runs))
-    return max(code for *_, code in runs)
+    return max([code for *_, code in runs] + [error.exit_code for _, error in failed])
 
 
 def _run_one(plan, engine, built, max_new_tokens, how, served: bool):

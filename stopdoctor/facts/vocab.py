@@ -98,6 +98,16 @@ class Vocabulary:
             return tokens.last_indices(texts)
         return {text: token_id for text in texts if (token_id := self.id_of(text)) is not None}
 
+    def ids_from(self, first: int) -> list[int]:
+        """The ids the tokenizer can produce at or past `first` (an embedding of `first` rows has
+        none of them): added tokens listed past it, and the tokenizer file's ids past it."""
+        ids = {i for i in self.by_id if i >= first}
+        if self.tokenizer_file is not None:
+            ids.update(range(first, self._tokenizer.get_vocab_size(with_added_tokens=True)))
+        if self._gguf_tokens is not None:
+            ids.update(range(first, len(self._gguf_tokens)))
+        return sorted(ids)
+
     def text_of(self, token_id: int) -> str | None:
         if token_id in self.by_id:
             return self.by_id[token_id]

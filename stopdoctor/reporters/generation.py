@@ -79,6 +79,8 @@ def generation_document(result: GenerateResult, fix: Any = None, evidence: Any =
         "hallucinated_turn": None if turn is None else _turn(turn),
         "turns": [_turn(t) for t in d.turns],
         "runaway": g.finish_reason == "length" and d.runaway_signs,
+        "stop_string_left": None if d.stop_string_left is None else {
+            "text": d.stop_string_left.text, "offset": d.stop_string_left.offset},
         "fix": None if fix is None else {"text": fix.text, "file": fix.file, "key": fix.key},
     }
     odds = end_of_turn_odds(g)
@@ -161,6 +163,8 @@ def describe_cause(g: Generation, max_new_tokens: int | None = None) -> str:
             if cause.step is not None and cause.step >= 0 else f"stop: stop string {json.dumps(cause.stop_string, ensure_ascii=False)}"
     if cause.kind == "unreported":
         return f"stop: the server did not say which stop ended it (one of {cause.text})"
+    if cause.kind == "repetition":
+        return "repetition: the server stopped a loop (finish_reason repetition): a degenerate answer, not a finished one"
     budget = max_new_tokens if max_new_tokens is not None else g.new_tokens
     return f"length: ran to the token budget ({budget} new tokens)" if budget is not None else "length: ran to the token budget"
 
@@ -207,6 +211,10 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
             out.print(f"  stream    {stream['chunks']} chunks, finish_reason={escape(str(stream['finish_reason']))}: {state}")
             for issue in stream["issues"]:
                 out.print(f"    [red]{issue['kind']}[/]  {escape(issue['detail'])}")
+    left = d.stop_string_left
+    if left is not None:
+        out.print(f"  [bold red]stop left[/] the stop string {escape(json.dumps(left.text, ensure_ascii=False))} is in the "
+                  f"answer at character {left.offset}: the server did not cut there, and the client is shown it")
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"

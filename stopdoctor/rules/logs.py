@@ -175,7 +175,11 @@ def degenerate_repetition(subject: LogsInput, self: Check):
     What it checks:
     For each `stop` answer of at least 50 words, the last 400 words are split on whitespace and
     the share of repeated word 4-grams is measured (1 - distinct / all). At 0.5 or more the
-    answer is a loop; ordinary prose and lists score under 0.1.
+    answer is a loop; ordinary prose and lists score under 0.1. A loop without whitespace
+    (`?!?!?!…`, CJK text) is one long last run: when it has 200+ characters (and is not a rule
+    like `-----`), its last 1,000 characters are scored on character 8-grams, a loop at 0.9 or
+    more (real loops score 0.99). An answer whose finish reason is `repetition` (vLLM's runtime
+    loop stop) is a loop the engine cut, counted too: it is not a finished answer.
 
     Why it matters:
     The model looped and the server still said it stopped normally (hermes-agent #30408: "I'll"
@@ -188,7 +192,7 @@ def degenerate_repetition(subject: LogsInput, self: Check):
     Set a repetition or frequency penalty, lower max_tokens, and check the stop configuration
     (`stopdoctor check MODEL --serving CONFIG`).
     """
-    yield from _lie(subject, self, "degenerate-repetition", "reported stop but end in a loop",
+    yield from _lie(subject, self, "degenerate-repetition", "end in a loop (reported stop, or stopped by the engine's loop check)",
                     "add a repetition/frequency penalty and check the stop configuration")
 
 
@@ -216,3 +220,30 @@ def reasoning_consumed_budget(subject: LogsInput, self: Check):
     """
     yield from _lie(subject, self, "reasoning-consumed-budget", "ran out of budget while reasoning",
                     "raise max_tokens for reasoning models or bound the reasoning (effort, thinking budget)")
+
+
+@check("SD707", "empty-answer", Severity.WARNING, input=LogsInput)
+def empty_answer(subject: LogsInput, self: Check):
+    """Answers reported finished (`stop`) with no answer text at all.
+
+    What it checks:
+    Each answer whose normalised finish reason is `stop` and whose answer text is empty or only
+    whitespace (an OpenAI chat answer whose `content` is missing too). An answer with a tool call
+    is a tool call (`stop` with `tool_calls` is normalised to `tool_calls`), never empty; a log
+    that does not record texts (spans without output messages) is never counted.
+
+    Why it matters:
+    The server said the model finished, so clients show the user nothing and nobody notices: the
+    model ended its turn at once (an end-of-turn token as the first token, a stop string that
+    matches at the start, a reasoning parser that took the whole answer as thought).
+
+    Example:
+    `fixtures/logs/lies.jsonl:17 finish_reason stop, no answer text`
+
+    Fix:
+    Check the stop strings (one that matches the answer's first characters), the reasoning parser
+    (`stopdoctor check MODEL --serving CONFIG`), and reproduce one request with `stopdoctor generate`.
+    """
+    yield from _lie(subject, self, "empty-answer", "reported stop with no answer text",
+                    "check stop strings and the reasoning parser (stopdoctor check MODEL --serving CONFIG); "
+                    "reproduce with stopdoctor generate")

@@ -9,7 +9,8 @@ falls back to `default` and logs "GENERATION QUALITY WILL BE DEGRADED". Sentence
 and WordPiece vocabularies have no pre-tokenizer. A named pre-tokenizer that cuts apart tokens of
 the vocabulary, where another keeps them all whole, is the wrong one (SD272). llama.cpp matches
 control and user-defined tokens whole before splitting; a template marker typed as an ordinary
-token is split like any text (SD273).
+token is split like any text (SD273). And for any model: a tokenizer with ids past the embedding's
+rows (`config.json` `vocab_size`), tokens added without `resize_token_embeddings` (SD274).
 """
 
 from __future__ import annotations
@@ -235,3 +236,44 @@ def special_token_not_single(analysis: Analysis, self: Check):
             f"before merges, so the model never gets the id it was trained on",
             f"set {TYPE_KEY}[{token_id}] to 3 (control), or convert the model again with a current convert_hf_to_gguf.py",
             Location(file, TYPE_KEY), token_id=token_id, token=text, pieces=len(pieces))
+
+
+@check("SD274", "tokenizer-larger-than-embedding", Severity.ERROR)
+def tokenizer_larger_than_embedding(analysis: Analysis, self: Check):
+    """The tokenizer has ids past the embedding's rows: tokens added without resizing the model.
+
+    What it checks:
+    Every id the tokenizer can produce (`tokenizer.json` with its added tokens,
+    `tokenizer_config.json` `added_tokens_decoder`, `added_tokens.json`) against the embedding's
+    rows as `config.json` declares them (`vocab_size`); `inspect --weights` also reads the rows
+    of the embedding tensor itself.
+
+    Why it matters:
+    Tokens added to a tokenizer (`tokenizer.add_tokens`, `add_special_tokens`) need
+    `model.resize_token_embeddings(len(tokenizer))`; without it, any prompt that contains one
+    indexes past the embedding: transformers fails with `IndexError: index out of range in
+    self` (CUDA: a device-side assert), and the model can never emit those tokens.
+
+    Example:
+    `2 tokens of the tokenizer have ids past the 49,152 rows of the embedding (config.json vocab_size): <tool_call> (id 49152), </tool_call> (id 49153)`
+
+    Fix:
+    Resize the embeddings (`model.resize_token_embeddings(len(tokenizer))`, then train the new
+    rows) and save the model again, or drop the added tokens from the tokenizer files.
+    """
+    vocab = analysis.facts.vocab
+    rows = vocab.declared_size
+    if rows is None or rows <= 0:
+        return
+    past = vocab.ids_from(rows)
+    if not past:
+        return
+    shown = ", ".join(f"{vocab.text_of(i) or '?'} (id {i})" for i in past[:5]) + (", ..." if len(past) > 5 else "")
+    yield self.finding(
+        f"{len(past)} token{'s' if len(past) != 1 else ''} of the tokenizer {'have ids' if len(past) != 1 else 'has an id'} "
+        f"past the {rows:,} rows of the embedding (config.json vocab_size): {shown}; a prompt with one fails "
+        "(IndexError) and the model can never emit them",
+        "resize the embeddings (model.resize_token_embeddings(len(tokenizer))) and train the new rows, "
+        "or remove the added tokens from the tokenizer files",
+        analysis.facts.locate(Location("config.json", "vocab_size")),
+        rows=rows, ids=past[:100], texts=[vocab.text_of(i) for i in past[:100]])

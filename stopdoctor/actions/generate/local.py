@@ -257,6 +257,19 @@ def _described_parameters(config: Any) -> tuple[int, str] | None:
     return vocab * hidden + layers * hidden * hidden, f"vocab_size {vocab}, hidden_size {hidden}, num_hidden_layers {layers}"
 
 
+def check_prompt_fits(prompt: Prompt, rows: int, vocab: Any) -> None:
+    """A prompt id past the embedding's rows (a token added to the tokenizer without
+    resize_token_embeddings) is an input the model cannot read: say which, rather than let torch
+    raise IndexError (or a CUDA device-side assert)."""
+    past = sorted({i for i in prompt.ids if i >= rows})
+    if past:
+        shown = ", ".join(f"{vocab.text_of(i) or '?'} (id {i})" for i in past[:5])
+        raise InputError(f"the prompt holds token ids past the model's {rows:,} embedding rows: {shown}; they were added "
+                         "to the tokenizer without resize_token_embeddings (SD274)",
+                         hint="stopdoctor inspect MODEL names every such token; resize the embeddings and train the "
+                              "new rows, or leave those tokens out of the prompt")
+
+
 @dataclass
 class LocalEngine:
     """A loaded model and the vocabulary it is decoded with."""
@@ -343,6 +356,7 @@ class LocalEngine:
         cause: StopCause | None = None
         if not prompt.ids:
             raise InputError("the prompt encodes to no tokens")
+        check_prompt_fits(prompt, self.model.get_input_embeddings().num_embeddings, vocab)
         with torch.inference_mode():
             input_ids = torch.tensor([prompt.ids], device=self.device)
             # An all-ones mask, as generate passes: without one some models build a full causal

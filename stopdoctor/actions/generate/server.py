@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.analysis.diagnose import FINISH_LENGTH, FINISH_STOP, Generation, StopCause
+from stopdoctor.analysis.diagnose import FINISH_LENGTH, FINISH_REPETITION, FINISH_STOP, Generation, StopCause
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
@@ -166,6 +166,8 @@ class ServerRejected(Exception):
 def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFacts | None) -> StopCause:
     if finish == FINISH_LENGTH:
         return StopCause("length")
+    if finish == FINISH_REPETITION:
+        return StopCause("repetition", text="the server stopped a loop")
     if isinstance(stop_reason, str):
         return StopCause("stop_string", text=stop_reason, stop_string=stop_reason)
     if isinstance(stop_reason, int):

@@ -37,11 +37,11 @@ from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 # their histogram bin (`_TOKENS`).
 COUNTED = ("file", "blank", "bad", "shape", "finish_raw", "finish", "model", "max_tokens", "stop_reason",
            "output_tokens", "ts", "chunks", "turn_candidate", "mid_sentence", "multi_choice", "truncated_finished",
-           "repetition", "reasoning_budget")
+           "repetition", "reasoning_budget", "empty_stop")
 RECORD_NAMES = ("file", "line_no", "choice", "blank", "bad", "shape", "finish_raw", "finish", "model", "max_tokens",
                 "stop_reason", "output_tokens", "reasoning_tokens", "ts", "chunks", "turn_candidate", "mid_sentence",
                 "candidate_text", "tail", "multi_choice", "truncated_finished", "repetition", "reasoning_budget",
-                "reasoning_share", "think_ends", "empty_answer", "text", "reasoning", "finish_hint", "stream_id")
+                "reasoning_share", "think_ends", "empty_answer", "empty_stop", "text", "reasoning", "finish_hint", "stream_id")
 
 
 # A counted row's histogram bin, as `summary.charts` reads it; NULL without a positive max_tokens or

@@ -45,7 +45,7 @@ RECORD_COLUMNS = (
     "model VARCHAR, max_tokens VARCHAR, stop_reason VARCHAR, output_tokens BIGINT, reasoning_tokens BIGINT, "
     "ts TIMESTAMP, chunks BIGINT, turn_candidate BOOLEAN, mid_sentence BOOLEAN, candidate_text VARCHAR, tail VARCHAR, "
     "multi_choice BOOLEAN, truncated_finished BOOLEAN, repetition DOUBLE, reasoning_budget BOOLEAN, "
-    "reasoning_share DOUBLE, think_ends BIGINT, empty_answer BOOLEAN, text VARCHAR, reasoning VARCHAR, "
+    "reasoning_share DOUBLE, think_ends BIGINT, empty_answer BOOLEAN, empty_stop BOOLEAN, text VARCHAR, reasoning VARCHAR, "
     "finish_hint VARCHAR, stream_id VARCHAR")
 
 # DuckDB's memory for one run: past it, line numbering and the records spill to the temp

@@ -19,7 +19,8 @@ from stopdoctor.actions.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STRE
 from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
-from stopdoctor.analysis.repetition import REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW
+from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW, RUN_GRAM,
+                                            RUN_MIN_CHARS, RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 
 # Problem thresholds (documented in the README and the rules' docs); the repetition ones are
 # `analysis.repetition`'s, shared with `generate`.
@@ -198,7 +199,12 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
               f"WHEN 'llama.cpp' THEN coalesce({fam('server', 'llamacpp_finish')}, CASE {stopped_limit} "
               "WHEN 'true' THEN 'limit' WHEN 'false' THEN 'stop' END) "
               f"ELSE {oc('finish')} END")
-    hints = ([] if responses_output == _NULL else [
+    openai_tool = oc("tool_call")
+    hints = ([] if openai_tool == _NULL else [
+        # `stop` with a tool call is a tool call; a chunk's call waits for its stream's finish (`streams_sql`)
+        f"WHEN kind = 'openai-chat' AND lower({oc('finish')}) = 'stop' AND {openai_tool} IS NOT NULL THEN 'tool_calls'",
+        f"WHEN kind = 'openai-chat-stream' AND {openai_tool} IS NOT NULL THEN 'tool_calls'"]
+    ) + ([] if responses_output == _NULL else [
         f"WHEN kind = 'openai-responses' AND {responses_status} = 'completed' AND list_has_any("
         f"json_extract_string({responses_output}, '$[*].type'), ['function_call', 'custom_tool_call']) THEN 'tool_calls'"]
     ) + ([] if parts == _NULL else [
@@ -287,7 +293,10 @@ def _choices_list(line: Mapping[str, str]) -> str:
 
     shared = {k: line[k] for k in ("model", "max_tokens", "output_tokens", "reasoning_tokens", "ts", "stream_id")}
     openai = _answer({**shared, "choice": "coalesce(try_cast(" + get(OPENAI_CHOICE, "index") + " AS INTEGER), i - 1)",
-                      "kind": "kind", "finish_raw": get(OPENAI_CHOICE, "finish"), "text": get(OPENAI_CHOICE, "text"),
+                      "kind": "kind", "finish_raw": get(OPENAI_CHOICE, "finish"),
+                      "finish_hint": f"CASE WHEN lower({get(OPENAI_CHOICE, 'finish')}) = 'stop' AND "
+                                     f"{get(OPENAI_CHOICE, 'tool_call')} IS NOT NULL THEN 'tool_calls' END",
+                      "text": get(OPENAI_CHOICE, "text"),
                       "reasoning": get(OPENAI_CHOICE, "reasoning"), "stop_reason": get(OPENAI_CHOICE, "stop_reason"),
                       "multi_choice": "true"})
     parts = get(GEMINI_CANDIDATE, "parts")
@@ -476,8 +485,9 @@ WITH resolved AS (
     SELECT min(line_no) AS line_no, choice, false AS blank, false AS bad,
            CASE WHEN shape = 'gemini' AND count(*) > 1 THEN 'gemini-stream' ELSE shape END AS kind,
            arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL) AS finish_raw,
-           -- a Gemini function call is a tool call only when the answer's finish is STOP
-           CASE WHEN shape <> 'gemini' THEN max(finish_hint)
+           -- a Gemini function call, or a chunk's OpenAI tool call, is a tool call only when the answer's
+           -- finish is STOP (a call cut by the budget stays `length`)
+           CASE WHEN shape NOT IN ('gemini', 'openai-chat-stream') THEN max(finish_hint)
                 WHEN upper(arg_max(finish_raw, line_no) FILTER (finish_raw IS NOT NULL)) = 'STOP' THEN max(finish_hint)
                 END AS finish_hint,
            string_agg(text, '' ORDER BY line_no) AS text, string_agg(reasoning, '' ORDER BY line_no) AS reasoning,
@@ -511,8 +521,15 @@ WITH normalised AS (
                 THEN string_split_regex(trim(text), '\s+')[-{REPETITION_WINDOW}:] END AS words,
            CASE WHEN finish = 'length' AND text IS NOT NULL
                 THEN trim(regexp_replace(text, '(?s)<think>.*?(</think>|$)', '', 'g')) END AS visible,
-           CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends
+           CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends,
+           CASE WHEN finish = 'stop' AND length(text) >= {RUN_MIN_CHARS}
+                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run
     FROM normalised
+), ran AS (
+    -- a loop without whitespace: the last run of non-space characters (`analysis.repetition`)
+    SELECT *, CASE WHEN length(last_run) >= {RUN_MIN_CHARS} AND NOT regexp_full_match(last_run, {sql_string(RUN_RULE_CHARACTERS)})
+                   THEN right(last_run, {RUN_WINDOW}) END AS run
+    FROM scored
 )
 SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
        output_tokens, reasoning_tokens, ts,
@@ -529,9 +546,13 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
        coalesce(finish IN ('stop', 'tool_calls') AND NOT coalesce(multi_choice, false)
            AND output_tokens = {_int('max_tokens')}, false) AS truncated_finished,
        -- degenerate-repetition: the share of repeated word 4-grams in the last words of a `stop` answer
-       CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
+       -- (or of character 8-grams of a last run without whitespace, when at least RUN_THRESHOLD)
+       greatest(CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
             lambda i: words[i] || ' ' || words[i + 1] || ' ' || words[i + 2] || ' ' || words[i + 3])))
-            / (len(words) - 3) END AS repetition,
+            / (len(words) - 3) END,
+            list_filter([1 - len(list_distinct(list_transform(range(1, length(run) - {RUN_GRAM - 2}),
+                lambda i: substring(run, i, {RUN_GRAM})))) / (length(run) - {RUN_GRAM - 1})],
+                lambda share: run IS NOT NULL AND share >= {RUN_THRESHOLD})[1]) AS repetition,
        -- reasoning-consumed-budget: cut by the budget with no answer after reasoning, reasoning tokens
        -- at least REASONING_SHARE of the output, or the model closing its reasoning more than once
        coalesce(finish = 'length' AND (
@@ -541,8 +562,12 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
            OR think_ends > 1), false) AS reasoning_budget,
        CASE WHEN output_tokens > 0 THEN reasoning_tokens::DOUBLE / output_tokens END AS reasoning_share,
        think_ends, coalesce(visible, '') = '' AS empty_answer,
+       -- empty-answer: reported stop with no answer text (an OpenAI chat answer's missing content too);
+       -- not Anthropic's pause_turn, a turn paused on a server tool (normalised stop), not ended
+       coalesce(finish = 'stop' AND lower(coalesce(finish_raw, '')) <> 'pause_turn' AND NOT regexp_matches(coalesce(text, ''), '\S')
+                AND (text IS NOT NULL OR kind LIKE 'openai-c%'), false) AS empty_stop,
        text, reasoning, finish_hint, stream_id
-FROM scored
+FROM ran
 """
 
 

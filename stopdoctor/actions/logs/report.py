@@ -19,7 +19,8 @@ PROBLEMS = {
     "hallucinated-turn": "ran on into a next user/system turn it wrote itself",
     "ran-past-end-of-turn": "an end-of-turn token's text with more text after it",
     "truncated-but-reported-finished": "reported stop or tool_calls, yet used exactly max_tokens output tokens",
-    "degenerate-repetition": "reported stop, but the answer ends in a loop (repeated word 4-grams)",
+    "degenerate-repetition": "reported stop, but the answer ends in a loop (repeated word 4-grams), or the engine stopped a loop",
+    "empty-answer": "reported stop with no answer text",
     "reasoning-consumed-budget": "cut by the budget while reasoning: no answer, or nearly all tokens reasoning",
 }
 

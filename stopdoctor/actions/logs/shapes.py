@@ -114,6 +114,9 @@ OPENAI_CHOICE: dict[str, tuple[str, ...]] = {
     "reasoning": (".message.reasoning_content", ".message.reasoning", ".delta.reasoning_content", ".delta.reasoning"),
     "index": (".index",),
     "role": (".message.role",),
+    # a tool call in the answer: with finish_reason stop (vLLM, llama.cpp, Ollama's OpenAI API) it is one
+    "tool_call": (".message.tool_calls[0].function.name", ".message.function_call.name",
+                  ".delta.tool_calls[0].function.name", ".delta.tool_calls[0].id"),
 }
 # One Gemini candidate (`candidates[i]`): its parts are read as JSON (text vs thought parts).
 GEMINI_CANDIDATE: dict[str, tuple[str, ...]] = {

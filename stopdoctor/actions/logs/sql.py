@@ -8,7 +8,7 @@ optionally under `response.body` as in OpenAI batch output): OpenAI-compatible c
 `/generate` (`details.finish_reason`), llama.cpp `/completion` (`stop_type`, `stopped_*`,
 `stopping_word`), Ollama `/api/chat` and `/api/generate` (`done_reason`).
 
-Imports: actions.logs.vocabulary (the prefilter's words). Builds text only; runs nothing.
+Imports: actions.logs.vocabulary (the prefilter's words), analysis.diagnose (its user labels). Builds text only; runs nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.analysis.diagnose import USER_LABELS
 
 # Text that ends a sentence (or a code block) when an answer was cut by the budget.
 _SENTENCE_END = r"""[.!?…。！？:;"'”’)\]*`>]$"""
@@ -46,8 +47,8 @@ def _re2_escape(text: str) -> str:
 
 def prefilter_sql(vocabulary: TurnVocabulary, column: str) -> str:
     """A SQL condition true for every text in which `diagnose` may find a turn or an ender
-    that ran on: literal headers and ender texts, bare role words alone on a line, and (when a
-    family has no header) transcript labels. A superset; Python decides."""
+    that ran on: literal headers and ender texts, bare role words alone on a line, and user labels
+    at a line start (a transcript; alone, where a family has no header). A superset; Python decides."""
     literals = sorted({h for _, headers, _ in vocabulary.families for h in headers.values()}
                       | {e.text for e in vocabulary.enders.values() if e.text})
     words = sorted({w for family in vocabulary.family_words for w in family})
@@ -55,8 +56,9 @@ def prefilter_sql(vocabulary: TurnVocabulary, column: str) -> str:
     alternatives = [_re2_escape(text) for text in literals]
     if words:
         alternatives.append(r"(?m:^[ \t]*(?:" + "|".join(_re2_escape(w) for w in words) + r")[ \t]*$)")
-    if any(not headers for _, headers, _ in vocabulary.families):
-        alternatives.append(r"(?m:^(?:User|USER|Human|HUMAN)[ \t]*:)")
+    # A user label at a line start, dressed or not: a transcript (`diagnose.transcript_turns`)
+    # whatever the family, and a lone label where a family has no header.
+    alternatives.append(r"(?m:^[ \t]*(?:#{1,4}[ \t]*)?(?:\*\*)?(?:" + "|".join(USER_LABELS) + r")(?:\*\*)?[ \t]*:)")
     terms = [f"regexp_matches({column}, {_sql_regex('|'.join(alternatives))})"] if alternatives else []
     return "(" + " OR ".join(terms) + ")" if terms else "false"
 

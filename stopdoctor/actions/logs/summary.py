@@ -1,6 +1,6 @@
-"""The records table summarised beyond the finish-reason counts: the three problems of finish
+"""The records table summarised beyond the finish-reason counts: the problems of finish
 reasons that lie (`truncated-but-reported-finished`, `degenerate-repetition`,
-`reasoning-consumed-budget`, flagged per answer by `actions.logs.records.derived_sql`) and the
+`reasoning-consumed-budget`, `empty-answer`, flagged per answer by `actions.logs.records.derived_sql`) and the
 figures the pictures are drawn from (output tokens against max_tokens, finish reasons over time).
 Every figure is a GROUP BY in DuckDB; only the examples that are printed come back to Python.
 
@@ -21,15 +21,24 @@ FLAGGED_LIMIT = 10_000  # flagged (file, line) listed per problem of a lie
 # Which records each problem counts, as a condition on the records table.
 LIE_CONDITIONS = {
     "truncated-but-reported-finished": "truncated_finished",
-    "degenerate-repetition": f"repetition >= {REPETITION_THRESHOLD}",
+    # vLLM's runtime loop stop (finish_reason `repetition`) is a loop the engine cut, not a success
+    "degenerate-repetition": f"(repetition >= {REPETITION_THRESHOLD} OR lower(finish) = 'repetition')",
     "reasoning-consumed-budget": "reasoning_budget",
+    "empty-answer": "empty_stop",
 }
 
 
-def _detail(key: str, output_tokens, max_tokens, repetition, reasoning_share, think_ends, empty_answer) -> str:
+def _detail(key: str, finish, tail, output_tokens, max_tokens, repetition, reasoning_share, think_ends,
+            empty_answer) -> str:
     if key == "truncated-but-reported-finished":
         return f"{output_tokens:,} output tokens = max_tokens {max_tokens}"
+    if key == "empty-answer":
+        return "finish_reason stop, no answer text"
     if key == "degenerate-repetition":
+        if repetition is None or repetition < REPETITION_THRESHOLD:
+            return "finish_reason repetition: the engine stopped a loop"
+        if tail and not any(c.isspace() for c in tail.strip()):  # scored on a run without whitespace
+            return f"{repetition * 100:.0f}% of the character 8-grams of its last run without spaces repeat"
         return f"{repetition * 100:.0f}% of its last word 4-grams repeat"
     parts = []
     if empty_answer:
@@ -43,7 +52,7 @@ def _detail(key: str, output_tokens, max_tokens, repetition, reasoning_share, th
 
 def lie_problems(con, examples: int, responses: int,
                  per_model: Callable[[str], dict[str, int]]) -> tuple[dict[str, Problem], dict[str, tuple]]:
-    """The three problems with their examples, and every flagged (file, line) of each."""
+    """The problems of lies with their examples, and every flagged (file, line) of each."""
     problems: dict[str, Problem] = {}
     flagged: dict[str, tuple] = {}
     for key, condition in LIE_CONDITIONS.items():
@@ -52,7 +61,7 @@ def lie_problems(con, examples: int, responses: int,
             "SELECT file, line_no, model, finish, finish_raw, tail, output_tokens, max_tokens, repetition, "
             f"reasoning_share, think_ends, empty_answer FROM rec WHERE {condition} ORDER BY file, line_no, choice "
             f"LIMIT {examples}").fetchall()
-        shown = tuple(Example(f, line, model, finish, tail or "", _detail(key, *rest), native)
+        shown = tuple(Example(f, line, model, finish, tail or "", _detail(key, finish, tail, *rest), native)
                       for f, line, model, finish, native, tail, *rest in rows)
         problems[key] = Problem(key, PROBLEMS[key], count, count / responses if responses else 0.0, shown,
                                 per_model(condition) if count else {})
