@@ -136,10 +136,10 @@ def _transfer(*matrices: Matrix | None) -> HttpTransfer | None:
     readers = {id(m.reader): m.reader for m in matrices if m is not None and hasattr(m.reader, "bytes_read")}
     if not readers:
         return None
-    from urllib.parse import urlsplit
+    from stopdoctor.facts.remote import shown_host
 
     files = list(readers.values())
-    return HttpTransfer(urlsplit(files[0].url).netloc, sum(f.requests for f in files), sum(f.bytes_read for f in files),
+    return HttpTransfer(shown_host(files[0].url), sum(f.requests for f in files), sum(f.bytes_read for f in files),
                         sum(f.size for f in files))
 
 
