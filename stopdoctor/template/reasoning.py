@@ -35,7 +35,18 @@ _TOOL = {"type": "function", "function": {"name": "get_weather", "description": 
                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 # Tag-looking pieces: <|x|>, <｜x｜>, <x>, </x>, <|x>, <x|>, [X], [/X].
 _TAG = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>]{1,40}｜>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]")
-_SWITCH_NAME = re.compile(r"(?<![\w.'\"\[])([A-Za-z_]*(?:think|reason|effort)[A-Za-z_]*)\b")
+# Bounds for a hostile template (a render is bounded by the sandbox; what is learnt from it here is
+# bounded by these): the switch names weighed (those naming thinking or reasoning whole, then the
+# shortest: enable_thinking, reasoning_effort),
+# a switch name's length, the characters of a text scanned for tags (its head and its tail), the
+# special-token texts taken for tags (longer ones are no tag), the distinct tags paired.
+_MAX_SWITCH_NAMES = 64
+_MAX_NAME_CHARS = 64
+_MAX_SCAN_CHARS = 65_536
+_MAX_KNOWN_CHARS = 64
+_MAX_PAIRED_TAGS = 512
+_WORD = re.compile(r"[A-Za-z_]+")  # one character class, greedy: no backtracking over a 1 MB word
+_SWITCH_WORDS = ("think", "reason", "effort")
 _NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinking_end_token", "think_begin_token",
                            "think_end_token", "reasoning_instructions"})
 _MAX_VARIANTS = 24
@@ -154,20 +165,55 @@ def _user(text: str) -> dict:
 
 def _tags(text: str, known: list[str]) -> list[str]:
     """The tag-looking pieces of a text, known special tokens first (longest first)."""
-    out, i = [], 0
-    while i < len(text):
-        special = next((s for s in known if text.startswith(s, i)), None)
+    return [text[start:end] for start, end in _tag_spans(text, known)]
+
+
+def _tag_spans(text: str, known: list[str]) -> list[tuple[int, int]]:
+    """(start, end) of each tag-looking piece of a text (see `_tags`). A text longer than
+    _MAX_SCAN_CHARS is scanned at its head and its tail only; a position is tried only where a
+    known text or a tag can start, each known length once (a set lookup, not a scan of the list)."""
+    if len(text) > _MAX_SCAN_CHARS:
+        half = _MAX_SCAN_CHARS // 2
+        tail = len(text) - half
+        return [*_tag_spans(text[:half], known), *((s + tail, e + tail) for s, e in _tag_spans(text[tail:], known))]
+    table = _known_table(tuple(known))
+    lengths, texts, starts = table
+    spans: list[tuple[int, int]] = []
+    i, size = 0, len(text)
+    while True:
+        found = starts.search(text, i)
+        if found is None:
+            return spans
+        i = found.start()
+        special = next((length for length in lengths if i + length <= size and text[i:i + length] in texts), None)
         if special is not None:
-            out.append(special)
-            i += len(special)
+            spans.append((i, i + special))
+            i += special
             continue
         match = _TAG.match(text, i)
         if match is not None:
-            out.append(match.group(0))
+            spans.append(match.span())
             i = match.end()
         else:
             i += 1
-    return out
+
+
+_KNOWN_TABLES: dict[tuple[str, ...], tuple[list[int], frozenset[str], re.Pattern]] = {}
+
+
+def _known_table(known: tuple[str, ...]) -> tuple[list[int], frozenset[str], re.Pattern]:
+    """The known texts a tag may be (at most _MAX_KNOWN_CHARS each): their lengths, longest
+    first, the set of them, and a pattern of the characters a tag or one of them starts with."""
+    table = _KNOWN_TABLES.get(known)
+    if table is None:
+        texts = frozenset(k for k in known if 0 < len(k) <= _MAX_KNOWN_CHARS)
+        firsts = {k[0] for k in texts} | {"<", "["}
+        starts = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]")
+        table = sorted({len(k) for k in texts}, reverse=True), texts, starts
+        if len(_KNOWN_TABLES) > 8:
+            _KNOWN_TABLES.clear()
+        _KNOWN_TABLES[known] = table
+    return table
 
 
 def _core(tag: str) -> str:
@@ -180,7 +226,8 @@ def _variants(source: str) -> list[Variant]:
     """The template's own thinking switches, read from its source: variables whose name speaks of
     thinking, reasoning or effort, with the values the template compares them to (and true/false),
     and `/think`-like flags it looks for in the system message."""
-    names = sorted({m.group(1) for m in _SWITCH_NAME.finditer(source)} - _NOT_SWITCHES)
+    names = sorted(_switch_names(source) - _NOT_SWITCHES,
+                   key=lambda n: ("thinking" not in n and "reasoning" not in n, len(n), n))[:_MAX_SWITCH_NAMES]
     variants: list[Variant] = []
     for name in names:
         if not re.search(rf"(?<![\w.'\"]){name}\s*(?:is\b|==|!=|\bin\b|%\}}|-%\}}|\)|\band\b|\bor\b|\|)", source) \
@@ -198,6 +245,23 @@ def _variants(source: str) -> list[Variant]:
     flags = dict.fromkeys(m.group(1) for m in re.finditer(r"['\"](/\w{0,12}think\w{0,12})['\"]", source))
     variants += [Variant(system_flag=flag) for flag in flags]
     return variants[:_MAX_VARIANTS]
+
+
+def _switch_names(source: str) -> set[str]:
+    """Words of letters and underscores naming thinking, reasoning or effort, not an attribute,
+    key or string's tail (not after a word character, `.`, a quote or `[`), at most
+    _MAX_NAME_CHARS long."""
+    names = set()
+    for match in _WORD.finditer(source):
+        name, start, end = match.group(0), match.start(), match.end()
+        if len(name) > _MAX_NAME_CHARS or not any(word in name for word in _SWITCH_WORDS):
+            continue
+        before = source[start - 1] if start else ""
+        after = source[end] if end < len(source) else ""
+        if (before and (before.isalnum() or before in "_.'\"[")) or (after and (after.isalnum() or after == "_")):
+            continue
+        names.add(name)
+    return names
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +314,7 @@ def _harmony(probe: _Probe, known: list[str]) -> ReasoningStructure | None:
 
 def _channel_header(text: str, known: list[str]) -> tuple[str, str, str] | None:
     """The trailing `TAG word TAG` of a text (`<|channel|>analysis<|message|>`), or None."""
-    spans = [(m.start(), m.end()) for m in _tag_spans(text, known)]
+    spans = _tag_spans(text, known)
     if len(spans) < 2:
         return None
     (s1, e1), (s2, e2) = spans[-2], spans[-1]
@@ -258,11 +322,6 @@ def _channel_header(text: str, known: list[str]) -> tuple[str, str, str] | None:
     if e2 != len(text) or not re.fullmatch(r"[A-Za-z]{2,20}", word):
         return None
     return text[s1:e1], word, text[s2:e2]
-
-
-def _tag_spans(text: str, known: list[str]) -> list[re.Match]:
-    pattern = re.compile("|".join([*(re.escape(k) for k in known), _TAG.pattern]))
-    return list(pattern.finditer(text))
 
 
 def _call_close(probe: _Probe, known: list[str]) -> str | None:
@@ -302,14 +361,13 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     header_tags = set(_tags(user_text[:user_text.find(_U)][-80:], known)) if _U in user_text else set()
     # Tags the prompts end with, beyond the user turn's own (a header tag is written there too).
     endings = {v: _last_tag(p[0], known) for v, p in prompts.items()}
-    literal_tags = set(_TAG.findall(source)) | {k for k in known if k in source}
     added = [_tags(p[1], known) for v, p in prompts.items() if v != Variant() and p[1] != default[1]]
     added_tags = [t for tags in added for t in tags if t not in default[1]]
     # Tags the default prompt writes in its own text (Phi-4-reasoning's system message asks for
     # `<think> {Thought section} </think>`): a candidate only when its name speaks of a thought.
     told_tags = [t for t in _tags(default[1], known) if _THOUGHT_NAME.search(_core(t))]
     for open_tag, close in _candidate_pairs([*endings.values(), *added_tags, *told_tags], prompts.values(),
-                                            literal_tags, known):
+                                            source, known):
         mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
                    and not _names_pair(default[1], open_tag, close)]
         # The default prompt itself (before the user's text) tells the model to write its thought
@@ -353,16 +411,25 @@ def _last_tag(text: str, known: list[str]) -> str | None:
     return tags[-1] if tags and text.rstrip().endswith(tags[-1]) else None
 
 
-def _candidate_pairs(endings: Iterable[str | None], prompts: Iterable[tuple[str, str]], literals: set[str],
+def _candidate_pairs(endings: Iterable[str | None], prompts: Iterable[tuple[str, str]], source: str,
                      known: list[str]) -> list[tuple[str, str]]:
     """(open, close) pairs: an opening tag a prompt writes, and its closing form, written by a
-    prompt or found as a literal of the template. Tags the prompts end with come first."""
+    prompt or found as a literal of the template (`source`). Tags the prompts end with come first."""
     seen = [t for t in endings if t is not None]
     for prompt, _ in prompts:
         seen += _tags(prompt, known)
-    seen = list(dict.fromkeys(seen))
-    closers = sorted(set(seen) | literals)
-    return [(a, b) for a in seen for b in closers if _pairs(a, b)]
+    seen = list(dict.fromkeys(seen))[:_MAX_PAIRED_TAGS]
+    cores = {_core(t) for t in seen}
+    # the template's literal tags, and the known texts it writes, of those names only: a template
+    # naming 20,000 tokens is not searched 20,000 times
+    literals = set(_TAG.findall(source)) | {k for k in known if len(k) <= _MAX_KNOWN_CHARS and _core(k) in cores
+                                            and k in source}
+    by_core: dict[str, list[str]] = {}
+    for tag in sorted(set(seen) | literals):  # only a closer whose name an opening tag has: linear, not seen x literals
+        core = _core(tag)
+        if core in cores:
+            by_core.setdefault(core, []).append(tag)
+    return [(a, b) for a in seen for b in by_core.get(_core(a), ()) if _pairs(a, b)]
 
 
 def _is_closing(tag: str) -> bool:
