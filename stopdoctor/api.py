@@ -224,7 +224,16 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
     from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
+    from stopdoctor.actions.stop_odds import (
+        BROKEN,
+        StopOdds,
+        build_contexts,
+        data_rows,
+        measure,
+        reference_rows,
+        verdict,
+        within_budget,
+    )
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
@@ -238,13 +247,17 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
         raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
     say = progress or (lambda message: None)
     engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
-    odds, tokens, seconds = measure(engine, contexts, batch_size,
-                                    lambda done, total: say(f"measured {done}/{total} examples…"))
+    contexts, cut = within_budget(contexts, engine.device)
+    measured, tokens, seconds = measure(engine, contexts, batch_size,
+                                        lambda done, total: say(f"measured {done}/{total} examples…"))
+    odds = [e for e in measured if e is not None]
+    broken = [(c.source, BROKEN) for c, e in zip(contexts, measured) if e is None]
     errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
     targets = {i for c in contexts for i in c.targets}
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(odds, errors, names)
-    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)
+    kind, reason = verdict(odds, errors, names, len(broken))
+    return StopOdds(spec, engine.device, tuple(odds), tuple([*skipped, *broken, *cut]), tokens, seconds, kind, reason,
+                    data)
 
 
 # --- diff ------------------------------------------------------------------------------------
