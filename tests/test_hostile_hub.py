@@ -244,3 +244,108 @@ def test_the_bytes_read_in_all_are_bounded(serve, monkeypatch):
     assert reader.read(200_000, 4000) == bytes(4000)
     with pytest.raises(InputError, match="would pass 70,000 bytes"):
         reader.read(300_000, 10_000)
+
+
+# --- the config files (huggingface_hub through stopdoctor's bounded client) ---------------------
+
+_RUN = """
+import sys
+import stopdoctor.facts.resolve as resolve
+resolve.HUB_FILES_S = 3.0
+resolve.MAX_HUB_FILE_BYTES = 200_000
+from stopdoctor.cli import main
+sys.argv = ["stopdoctor", "inspect", "org/name"]
+main()
+"""
+COMMIT = "c0ffee00" * 5
+
+
+def _inspect_hub(endpoint: str, tmp_path) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"),
+               HF_HUB_CACHE=str(tmp_path / "hf" / "hub"), HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(root),
+               NO_COLOR="1", HF_HUB_ETAG_TIMEOUT="30", HF_HUB_DOWNLOAD_TIMEOUT="30")
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 90
+    assert run.returncode == 2, (run.returncode, run.stdout[-500:], run.stderr[-2000:])
+    assert "Traceback" not in run.stderr and "\x1b" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("stopdoctor: error:")]
+    assert len(errors) == 1, run.stderr[-2000:]
+    return run
+
+
+def _hub_script(file_answer: Callable[[socket.socket, str], None]) -> Script:
+    import json
+
+    def script(conn, path, headers):
+        if path.startswith("/api/models/") and "/tree/" in path:
+            body = json.dumps([{"type": "file", "oid": "abc", "size": 1000, "path": "tokenizer.json"}]).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        elif path.startswith("/api/models/"):
+            body = json.dumps({"id": "org/name", "sha": COMMIT, "siblings": [{"rfilename": "tokenizer.json"}]}).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        elif "/resolve/" in path:
+            file_answer(conn, headers.get("_method", ""))
+        else:
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    return script
+
+
+def _file_headers(extra: str) -> bytes:
+    return (f"HTTP/1.1 200 OK\r\nX-Repo-Commit: {COMMIT}\r\nETag: \"abc\"\r\n{extra}Connection: close\r\n\r\n").encode()
+
+
+def test_a_revision_api_that_never_answers_ends_at_the_bound(serve, tmp_path):
+    server = serve(lambda conn, path, headers: time.sleep(60))
+    run = _inspect_hub(server.url, tmp_path)
+    assert "did not answer within 3 s in all" in run.stderr
+
+
+def test_a_gzip_encoded_tokenizer_is_never_expanded_into_the_cache(serve, tmp_path):
+    import gzip
+
+    bomb = gzip.compress(b" " * 20_000_000)
+    server = serve(_hub_script(lambda conn, method: conn.sendall(
+        _file_headers(f"Content-Encoding: gzip\r\nContent-Length: {len(bomb)}\r\n") + bomb)))
+    run = _inspect_hub(server.url, tmp_path)
+    assert "Content-Encoding 'gzip'" in run.stderr
+    cached = [p.stat().st_size for p in (tmp_path / "hf").rglob("*") if p.is_file()]
+    assert max(cached, default=0) < 1_000_000
+
+
+def test_an_endless_tokenizer_is_cut_at_the_cap(serve, tmp_path):
+    def endless(conn, method):
+        conn.sendall(_file_headers(""))
+        for _ in range(2_000):  # 2 GB, were it read to the end
+            conn.sendall(b"x" * 1_000_000)
+
+    server = serve(_hub_script(endless))
+    run = _inspect_hub(server.url, tmp_path)
+    assert "over 200,000 bytes" in run.stderr or "did not answer within" in run.stderr
+    cached = [p.stat().st_size for p in (tmp_path / "hf").rglob("*") if p.is_file()]
+    assert max(cached, default=0) < 1_000_000
+
+
+def test_a_tree_listing_of_strings_is_one_line(serve, tmp_path):
+    import json
+
+    def script(conn, path, headers):
+        body = json.dumps(["x"] if "/tree/" in path else {"id": "org/name", "sha": COMMIT, "siblings": []}).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    _inspect_hub(serve(script).url, tmp_path)
+
+
+def test_hub_errors_never_print_the_endpoints_credentials(serve, tmp_path):
+    server = serve(lambda conn, path, headers: conn.sendall(
+        b"HTTP/1.1 500 Oops\x1b[2J\r\nContent-Type: application/json\r\nContent-Length: 29\r\n\r\n"
+        b'{"error": "\\u001b[31m::error"}'))
+    run = _inspect_hub(server.url.replace("http://", "http://alice:s3cret-pass@"), tmp_path)
+    assert "s3cret" not in run.stderr and "alice" not in run.stderr
