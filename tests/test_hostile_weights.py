@@ -138,3 +138,9 @@ def test_a_shard_index_naming_itself(folder):
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"model.embed_tokens.weight": "model.safetensors.index.json"}}))
     _one_line_exit_2(cli("inspect", "--weights", str(folder)), "names itself")
+
+
+def test_a_shard_index_naming_40000_shards_is_refused_unread(folder):
+    weight_map = {f"layer{i}.embed_tokens.weight": f"model-{i:05d}-of-40000.safetensors" for i in range(40_000)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    _one_line_exit_2(cli("inspect", "--weights", str(folder)), "names 40,000 shards holding embedding or output tensors")

@@ -40,6 +40,9 @@ MAX_COLUMNS = 65_536
 MAX_ROW_BYTES_IN_ALL = 256 * 1024 * 1024
 # A file name longer than a file system allows (255 bytes) is no shard of this folder.
 MAX_NAME_BYTES = 255
+# The embedding and output live in one or two shards (a vision-language model's text and vision
+# towers, a few more): an index naming more for them is not read shard by shard.
+MAX_MATRIX_SHARDS = 16
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,9 @@ def _shards(index: Path) -> list[str]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{index}: no weight_map of tensor name to file name")
     names = sorted({v for k, v in weight_map.items() if k.endswith(EMBEDDING_NAMES + OUTPUT_NAMES)})
+    if len(names) > MAX_MATRIX_SHARDS:
+        raise InputError(f"{index}: names {len(names):,} shards holding embedding or output tensors; a model keeps them "
+                         f"in one or two (refused over {MAX_MATRIX_SHARDS}: each shard's header would be read)")
     for name in names:
         if not name or "/" in name or "\\" in name or name in (".", "..") or len(name.encode("utf-8", "replace")) > MAX_NAME_BYTES:
             raise InputError(f"{index}: names {name[:80]!r}{'…' if len(name) > 80 else ''}, which is not a file in the "
