@@ -144,3 +144,27 @@ def test_a_shard_index_naming_40000_shards_is_refused_unread(folder):
     weight_map = {f"layer{i}.embed_tokens.weight": f"model-{i:05d}-of-40000.safetensors" for i in range(40_000)}
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     _one_line_exit_2(cli("inspect", "--weights", str(folder)), "names 40,000 shards holding embedding or output tensors")
+
+
+def _gguf_with_sampling(value: float) -> bytes:
+    from .test_hardening import ARRAY, STRING, UINT32, gguf, gguf_ints, gguf_str, gguf_strings
+
+    return gguf({
+        "general.architecture": (STRING, gguf_str("llama")),
+        "general.sampling.temp": (6, struct.pack("<f", value)),  # FLOAT32
+        "general.sampling.top_p": (6, struct.pack("<f", 0.9)),
+        "tokenizer.ggml.model": (STRING, gguf_str("gpt2")),
+        "tokenizer.ggml.tokens": (ARRAY, gguf_strings(["a", "b", "</s>"])),
+        "tokenizer.ggml.token_type": (ARRAY, gguf_ints([1, 1, 3])),
+        "tokenizer.ggml.eos_token_id": (UINT32, struct.pack("<I", 2)),
+    })
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nan_or_inf_sampling_values_of_a_gguf_never_reach_json(tmp_path, value):
+    path = tmp_path / "sampling.gguf"
+    path.write_bytes(_gguf_with_sampling(value))
+    run = cli("inspect", "--json", str(path))
+    assert run.code in (0, 1), run.stderr
+    text = json.dumps(_strict_json(run.stdout))
+    assert "0.9" in text  # the finite value is kept

@@ -502,7 +502,8 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
         facts.add_bos = Sourced(bool(header.add_bos), Location(file, "tokenizer.ggml.add_bos_token"))
     for key, name in GGUF_SAMPLING_KEYS.items():
         value = header.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # NaN or an infinity is no sampling value (and no JSON number): left out, like a wrong type
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
             facts.sampling[name] = Sourced(value, Location(file, key))
     base = header.get("general.base_model.0.name")
     if isinstance(base, str):
