@@ -168,3 +168,11 @@ def test_nan_or_inf_sampling_values_of_a_gguf_never_reach_json(tmp_path, value):
     assert run.code in (0, 1), run.stderr
     text = json.dumps(_strict_json(run.stdout))
     assert "0.9" in text  # the finite value is kept
+
+
+def test_nan_or_inf_in_generation_config_never_reach_json(folder):
+    (folder / "generation_config.json").write_text('{"temperature": NaN, "top_p": Infinity, "top_k": -Infinity, '
+                                                   '"min_p": 1e999, "eos_token_id": 610}')
+    run = cli("inspect", "--json", str(folder))
+    assert run.code in (0, 1), run.stderr
+    _strict_json(run.stdout)
