@@ -86,3 +86,14 @@ def test_batches_hold_at_most_their_rows_and_tokens():
     assert [[len(c.ids) for c in b] for b in batches] == [[10, 20, 30, 40], [4096, 4096], [4096, 4096]]
     assert all(len(b) * max(len(c.ids) for c in b) <= 8192 for b in batches)
     assert [len(b) for b in _batches(contexts, list(range(8)), batch_size=2, batch_tokens=10**9)] == [2, 2, 2, 2]
+
+
+@pytest.mark.slow
+def test_check_live_on_a_nan_end_of_turn_row_says_broken(real_models, tmp_path):
+    folder = _with_row(real_models.smollm2_hf, tmp_path / "m", np.nan)
+    run = cli("check", "--live", "--format", "json", str(folder))
+    model = _strict(run.stdout)["models"][0]
+    assert run.code == 1, run.stderr
+    assert "SD801" in [f["code"] for f in model["findings"]]
+    assert model["live"]["reason"].startswith("the weights are broken")
+    assert "ended its turn" not in model["live"]["reason"]
