@@ -246,7 +246,14 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
         why = skipped[0][1] if skipped else "no example"
         raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
     say = progress or (lambda message: None)
-    engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
+    try:
+        engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
+    except RuntimeError as error:  # transformers refuses weights whose shapes the config does not give
+        if not any(words in str(error) for words in ("mismatched_sizes", "mismatched sizes", "size mismatch")):
+            raise
+        raise InputError(f"{spec}: the weights' shapes do not match config.json (transformers refuses to load them)",
+                         hint="a tensor's dtype or shape in the weight file's header is wrong, or the config is another "
+                              "model's; `inspect --weights` shows the matrices' shapes") from None
     contexts, cut = within_budget(contexts, engine.device)
     measured, tokens, seconds = measure(engine, contexts, batch_size,
                                         lambda done, total: say(f"measured {done}/{total} examples…"))

@@ -97,3 +97,29 @@ def test_check_live_on_a_nan_end_of_turn_row_says_broken(real_models, tmp_path):
     assert "SD801" in [f["code"] for f in model["findings"]]
     assert model["live"]["reason"].startswith("the weights are broken")
     assert "ended its turn" not in model["live"]["reason"]
+
+
+@pytest.mark.slow
+def test_stop_odds_on_f32_data_labelled_f16_is_one_line(real_models, tmp_path):
+    """The embedding's header says F16 with twice the columns (the same bytes): transformers
+    refuses the shapes; one line, exit 2, not an internal error."""
+    import struct
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for item in real_models.smollm2_hf.iterdir():
+        if item.is_file() and item.name != "model.safetensors":
+            shutil.copy(item, folder / item.name)
+    data = (real_models.smollm2_hf / "model.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    tensor = header["model.embed_tokens.weight"]
+    tensor["dtype"], tensor["shape"] = "F16", [tensor["shape"][0], tensor["shape"][1] * 2]
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (length - len(raw))
+    assert len(raw) == length
+    (folder / "model.safetensors").write_bytes(data[:8] + raw + data[8 + length:])
+    run = cli("stop-odds", "--limit", "1", "--device", "cpu", str(folder))
+    assert run.code == 2, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("stopdoctor: error:")]
+    assert len(errors) == 1 and "do not match config.json" in errors[0]

@@ -161,7 +161,8 @@ def rows_to_read(analysis: Analysis) -> RowPlan:
 def stats(row: np.ndarray) -> RowStats:
     """A row's statistics over its finite values: a row holding NaN or infinities is judged broken
     by `_untrained_reasons`, and its numbers stay numbers a JSON document can hold."""
-    row = row.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # a NaN row is judged, not warned about
+        row = row.astype(np.float64)
     finite = row[np.isfinite(row)]
     if finite.size == 0:
         return RowStats(0.0, 0.0, 0.0, 0.0)
@@ -280,4 +281,5 @@ def analyze_weights(analysis: Analysis) -> WeightsReport:
     plan = rows_to_read(analysis)
     weights = read_weight_rows(analysis.facts.source, plan.in_order, analysis.facts.gguf)
     vocab = analysis.facts.vocab
-    return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf rows are judged (broken), not warned about
+        return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})
