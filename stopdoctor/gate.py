@@ -124,8 +124,8 @@ def _unless_broken(result: InspectResult, verdict: Any) -> Any:
 
     try:
         weights = analyze_weights(result.analysis)
-    except StopdoctorError:
-        return verdict  # weights in a form the row reader does not know
+    except (StopdoctorError, ValueError, OSError):
+        return verdict  # weights in a form the row reader does not know: the probe's verdict stands
     broken = [w for w in weights.untrained_targets if any("NaN or infinite" in r for r in w.reasons)]
     if not broken:
         return verdict
