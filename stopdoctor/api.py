@@ -26,14 +26,12 @@ from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.rules.inputs import ComparisonInput, ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
-from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
-from stopdoctor.rules.registry import Check
-from stopdoctor.rules.runner import REGISTRY, find, rules_for, run_rules
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
     from stopdoctor.analysis.weights import WeightsReport
+    from stopdoctor.rules.registry import Check
+    from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 
 # Public names that live in modules only some commands need (labels, logs): imported when first
 # asked for, so `inspect` does not pay for them (PEP 562).
@@ -66,6 +64,8 @@ def _located(facts: ModelFacts | None, findings: Iterable[Finding]) -> list[Find
 
 def model_findings(analysis: Analysis) -> list[Finding]:
     """The model rules (SD1xx-SD3xx) on an analysed model, lines resolved."""
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(analysis))
 
 
@@ -75,6 +75,10 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
     also read the embedding/output rows that matter for stopping and run the weights rules;
     `against`: the original the model was converted or re-uploaded from (a spec), whose eos ids
     and sampling keys the model should still carry (SD107, SD108)."""
+    from stopdoctor.rules.inputs import ComparisonInput
+    from stopdoctor.rules.results import InspectResult
+    from stopdoctor.rules.runner import run_rules
+
     facts = load(spec, revision)
     original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders
@@ -90,6 +94,9 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
 
 def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding]:
     """The weights rules (SD8xx) on a model and the rows read from its weights."""
+    from stopdoctor.rules.inputs import WeightsInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(WeightsInput(analysis, weights)))
 
 
@@ -104,31 +111,45 @@ def with_weights(result: InspectResult) -> InspectResult:
 
 def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
     """The serving rules (SD4xx) on a model and one serving configuration deployed with it."""
+    from stopdoctor.rules.inputs import ServingInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(ServingInput(analysis, serving)))
 
 
 def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[Finding]:
     """The expectation rules (SD5xx): the model against what the project's configuration asserts."""
+    from stopdoctor.rules.inputs import ExpectationInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
 
 
 def rules() -> list[Check]:
     """Every registered rule, by code (SD000 check-crashed included)."""
+    from stopdoctor.rules.runner import REGISTRY
+
     return [REGISTRY[code] for code in sorted(REGISTRY)]
 
 
 def find_rule(code_or_name: str) -> Check | None:
     """A rule by its code (SD101) or name (pad-is-eos), or None."""
+    from stopdoctor.rules.runner import find
+
     return find(code_or_name)
 
 
 def rule_codes(kinds: Iterable[type]) -> list[str]:
     """The codes of the rules that check these input kinds (`stopdoctor.rules.inputs`)."""
+    from stopdoctor.rules.runner import rules_for
+
     return sorted(rule.code for kind in kinds for rule in rules_for(kind))
 
 
 def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
     """The one report of an inspected model, for any reporter."""
+    from stopdoctor.rules.inputs import ComparisonInput, WeightsInput
+
     kinds = [Analysis] + ([WeightsInput] if result.weights is not None else []) + (
         [ComparisonInput] if result.original is not None else [])
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes(kinds)),
@@ -145,6 +166,9 @@ def _model_files(source: ModelSource) -> dict[str, Path]:
 
 def logs_findings(report: Any) -> list[Finding]:
     """The logs rules (SD7xx) on a logs report."""
+    from stopdoctor.rules.inputs import LogsInput
+    from stopdoctor.rules.runner import run_rules
+
     return run_rules(LogsInput(report))
 
 
@@ -152,6 +176,7 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
                       settings: Any = None, on_progress: Callable[[float], None] | None = None,
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
+    from stopdoctor.rules.results import LogsResult
     from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
@@ -167,6 +192,8 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
 
 def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a logs run: the log files are the subject."""
+    from stopdoctor.rules.inputs import LogsInput
+
     files = {str(p): Path(p) for p in paths}
     subject = Subject(", ".join(str(p) for p in paths), list(result.findings), tuple(rule_codes([LogsInput])), files, result)
     return Report("logs", [subject], fail_on)
@@ -177,6 +204,9 @@ def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severi
 
 def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
     """The labels rules (SD6xx) on a model and the labels built from a dataset."""
+    from stopdoctor.rules.inputs import LabelsInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(LabelsInput(analysis, labels)))
 
 
@@ -189,6 +219,7 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
+    from stopdoctor.rules.results import LabelsReport
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
     from stopdoctor.actions.labels.result import LabelSettings
@@ -209,6 +240,8 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
 
 def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a labels run: the model and its dataset are the subject."""
+    from stopdoctor.rules.inputs import LabelsInput
+
     files = {**_model_files(result.source), Path(data).name: Path(data)}
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
     return Report("labels", [subject], fail_on)
@@ -460,6 +493,13 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
     return GenerationPlan(context, prompts, stop_set, reference)
 
 
+def check_device(device: str) -> None:
+    """Refuse a `generate --device` that cannot be used, before the model or torch loads."""
+    from stopdoctor.actions.generate.local import check_device as refuse_unusable
+
+    refuse_unusable(device)
+
+
 def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
                  progress: Callable[[str], None] | None = None) -> Any:
     """The model loaded with transformers (torch, imported here, lazily)."""
@@ -530,3 +570,39 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
 
     return run_fragment_test(plan.context, engine, max_new_tokens)
+
+
+# --- probe-server ----------------------------------------------------------------------------
+
+
+def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
+                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
+    """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
+    `api_key_env` names the variable holding the API key (never the key itself: it would land in
+    shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
+    unreachable server or a bad URL raises InputError (exit 2)."""
+    import os
+
+    from stopdoctor.actions.probe_server.battery import Settings
+    from stopdoctor.actions.probe_server.battery import probe_server as run_battery
+    from stopdoctor.actions.probe_server.http import Bounds
+
+    if settings is None and request_s is not None:
+        settings = Settings(Bounds(request_s=request_s))
+
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise InputError(f"--api-key-env {api_key_env}: the variable is not set or empty",
+                             hint=f"export {api_key_env}=... before running, or leave the option out")
+    return run_battery(url, model, api_key, settings or Settings(), only)
+
+
+def probe_server_report(result: Any) -> Report:
+    """The one report of a probe-server run: each failed probe an error finding, each warning a
+    warning, so the exit code is 1 exactly when a probe fails."""
+    severities = {"fail": Severity.ERROR, "warn": Severity.WARNING}
+    findings = [Finding(p.name, p.name, severities[p.status], p.summary, "", evidence={"figures": p.figures})
+                for p in result.probes if p.status in severities]
+    return Report("probe-server", [Subject(result.url, findings, tuple(p.name for p in result.probes), result=result)])

@@ -155,6 +155,23 @@ def _tensor_progress(progress: Progress, name: str) -> Callable[..., Any]:
     return tensors
 
 
+# What a GPU torch could use leaves device files on Linux: the NVIDIA driver's, ROCm's (torch.cuda
+# is HIP there), WSL's GPU paravirtualisation. With none of them torch.cuda.is_available() is False.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/kfd", "/dev/dxg")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device that cannot be used before anything loads (torch takes seconds to import, a
+    GGUF's tokenizer to convert). "cuda" is refused here only on Linux with no GPU device file;
+    otherwise torch decides, when the model loads."""
+    import sys
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device {device!r}: use auto, cpu or cuda")
+    if device == "cuda" and sys.platform.startswith("linux") and not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        raise InputError("--device cuda: no CUDA device is available", hint="use --device cpu or auto")
+
+
 def require_torch() -> Any:
     try:
         import torch
@@ -250,6 +267,7 @@ class LocalEngine:
              progress: Progress | None = None) -> LocalEngine:
         """`progress(message)` hears what the load is doing (a GGUF's first conversion takes a while)."""
         progress = progress or (lambda message: None)
+        check_device(device)
         if facts.source.kind == "folder":
             _weights_format(facts.source, allow_pickle)  # no weights, or only pickles: said before the checks
         check_weights(facts)
