@@ -257,16 +257,8 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
     from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.stop_odds import (
-        BROKEN,
-        StopOdds,
-        build_contexts,
-        data_rows,
-        measure,
-        reference_rows,
-        verdict,
-        within_budget,
-    )
+    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure
+    from stopdoctor.actions.stop_odds import reference_rows, verdict, within_budget
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
@@ -279,14 +271,7 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
         why = skipped[0][1] if skipped else "no example"
         raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
     say = progress or (lambda message: None)
-    try:
-        engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
-    except RuntimeError as error:  # transformers refuses weights whose shapes the config does not give
-        if not any(words in str(error) for words in ("mismatched_sizes", "mismatched sizes", "size mismatch")):
-            raise
-        raise InputError(f"{spec}: the weights' shapes do not match config.json (transformers refuses to load them)",
-                         hint="a tensor's dtype or shape in the weight file's header is wrong, or the config is another "
-                              "model's; `inspect --weights` shows the matrices' shapes") from None
+    engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
     contexts, cut = within_budget(contexts, engine.device)
     measured, tokens, seconds = measure(engine, contexts, batch_size,
                                         lambda done, total: say(f"measured {done}/{total} examples…"))

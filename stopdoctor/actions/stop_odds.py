@@ -185,6 +185,19 @@ def _chat_context(facts: ModelFacts, messages: list[dict]) -> tuple[tuple[int, .
 # --- measuring ----------------------------------------------------------------------------------
 
 
+def load_model(load: Callable[[], object], spec: str):
+    """`load()` (the engine), with transformers' refusal of weights whose shapes the config does
+    not give (F32 data labelled F16) as one InputError line."""
+    try:
+        return load()
+    except RuntimeError as error:
+        if not any(words in str(error) for words in ("mismatched_sizes", "mismatched sizes", "size mismatch")):
+            raise
+        raise InputError(f"{spec}: the weights' shapes do not match config.json (transformers refuses to load them)",
+                         hint="a tensor's dtype or shape in the weight file's header is wrong, or the config is another "
+                              "model's; `inspect --weights` shows the matrices' shapes") from None
+
+
 def within_budget(contexts: list[Context], device: str) -> tuple[list[Context], list[tuple[str, str]]]:
     """The contexts a run measures, in order, until their tokens pass RUN_TOKENS for the device;
     (source, why) of the rest."""

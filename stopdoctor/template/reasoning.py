@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.render import render_chat
+from stopdoctor.template.tag_scan import MAX_KNOWN_CHARS as _MAX_KNOWN_CHARS
+from stopdoctor.template.tag_scan import TAG as _TAG
+from stopdoctor.template.tag_scan import switch_names as _switch_names
+from stopdoctor.template.tag_scan import tag_spans as _tag_spans
 
 STYLES = ("think-tags", "harmony", "untagged", "none")
 
@@ -34,19 +38,13 @@ _CALL_ARGUMENT = "sdReasonCity7q"
 _TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather.",
                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 # Tag-looking pieces: <|x|>, <｜x｜>, <x>, </x>, <|x>, <x|>, [X], [/X].
-_TAG = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>]{1,40}｜>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]")
 # Bounds for a hostile template (a render is bounded by the sandbox; what is learnt from it here is
 # bounded by these): the switch names weighed (those naming thinking or reasoning whole, then the
 # shortest: enable_thinking, reasoning_effort),
 # a switch name's length, the characters of a text scanned for tags (its head and its tail), the
 # special-token texts taken for tags (longer ones are no tag), the distinct tags paired.
 _MAX_SWITCH_NAMES = 64
-_MAX_NAME_CHARS = 64
-_MAX_SCAN_CHARS = 65_536
-_MAX_KNOWN_CHARS = 64
 _MAX_PAIRED_TAGS = 512
-_WORD = re.compile(r"[A-Za-z_]+")  # one character class, greedy: no backtracking over a 1 MB word
-_SWITCH_WORDS = ("think", "reason", "effort")
 _NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinking_end_token", "think_begin_token",
                            "think_end_token", "reasoning_instructions"})
 _MAX_VARIANTS = 24
@@ -186,54 +184,6 @@ def _tags(text: str, known: list[str]) -> list[str]:
     return [text[start:end] for start, end in _tag_spans(text, known)]
 
 
-def _tag_spans(text: str, known: list[str]) -> list[tuple[int, int]]:
-    """(start, end) of each tag-looking piece of a text (see `_tags`). A text longer than
-    _MAX_SCAN_CHARS is scanned at its head and its tail only; a position is tried only where a
-    known text or a tag can start, each known length once (a set lookup, not a scan of the list)."""
-    if len(text) > _MAX_SCAN_CHARS:
-        half = _MAX_SCAN_CHARS // 2
-        tail = len(text) - half
-        return [*_tag_spans(text[:half], known), *((s + tail, e + tail) for s, e in _tag_spans(text[tail:], known))]
-    table = _known_table(tuple(known))
-    lengths, texts, starts = table
-    spans: list[tuple[int, int]] = []
-    i, size = 0, len(text)
-    while True:
-        found = starts.search(text, i)
-        if found is None:
-            return spans
-        i = found.start()
-        special = next((length for length in lengths if i + length <= size and text[i:i + length] in texts), None)
-        if special is not None:
-            spans.append((i, i + special))
-            i += special
-            continue
-        match = _TAG.match(text, i)
-        if match is not None:
-            spans.append(match.span())
-            i = match.end()
-        else:
-            i += 1
-
-
-_KNOWN_TABLES: dict[tuple[str, ...], tuple[list[int], frozenset[str], re.Pattern]] = {}
-
-
-def _known_table(known: tuple[str, ...]) -> tuple[list[int], frozenset[str], re.Pattern]:
-    """The known texts a tag may be (at most _MAX_KNOWN_CHARS each): their lengths, longest
-    first, the set of them, and a pattern of the characters a tag or one of them starts with."""
-    table = _KNOWN_TABLES.get(known)
-    if table is None:
-        texts = frozenset(k for k in known if 0 < len(k) <= _MAX_KNOWN_CHARS)
-        firsts = {k[0] for k in texts} | {"<", "["}
-        starts = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]")
-        table = sorted({len(k) for k in texts}, reverse=True), texts, starts
-        if len(_KNOWN_TABLES) > 8:
-            _KNOWN_TABLES.clear()
-        _KNOWN_TABLES[known] = table
-    return table
-
-
 def _core(tag: str) -> str:
     """A tag's name without its brackets, bars, slash and START/END words: `<|END_THINKING|>` → thinking."""
     name = re.sub(r"[<>\[\]|｜/]", "", tag).lower()
@@ -267,23 +217,6 @@ def _variants(source: str) -> list[Variant]:
     flags = dict.fromkeys(m.group(1) for m in re.finditer(r"['\"](/\w{0,12}think\w{0,12})['\"]", source))
     variants += [Variant(system_flag=flag) for flag in flags]
     return variants[:_MAX_VARIANTS]
-
-
-def _switch_names(source: str) -> set[str]:
-    """Words of letters and underscores naming thinking, reasoning or effort, not an attribute,
-    key or string's tail (not after a word character, `.`, a quote or `[`), at most
-    _MAX_NAME_CHARS long."""
-    names = set()
-    for match in _WORD.finditer(source):
-        name, start, end = match.group(0), match.start(), match.end()
-        if len(name) > _MAX_NAME_CHARS or not any(word in name for word in _SWITCH_WORDS):
-            continue
-        before = source[start - 1] if start else ""
-        after = source[end] if end < len(source) else ""
-        if (before and (before.isalnum() or before in "_.'\"[")) or (after and (after.isalnum() or after == "_")):
-            continue
-        names.add(name)
-    return names
 
 
 # --------------------------------------------------------------------------------------------
