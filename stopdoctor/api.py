@@ -256,33 +256,41 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
-    from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure
-    from stopdoctor.actions.stop_odds import reference_rows, verdict, within_budget
+    from stopdoctor.actions.generate.local import LocalEngine, require_torch
+    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure_run, \
+        reference_rows, verdict
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     if batch_size is not None and not 1 <= batch_size <= 1024:
         raise InputError("--batch-size must be between 1 and 1024")
+    require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
     result = inspect_model(spec, revision)
-    rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
+    bad: list[tuple[str, str]] = []
+    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
     contexts, skipped = build_contexts(result.facts, result.analysis, rows)
     if not contexts:
         why = skipped[0][1] if skipped else "no example"
-        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
+        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
+    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
     say = progress or (lambda message: None)
     engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
-    contexts, cut = within_budget(contexts, engine.device)
-    measured, tokens, seconds = measure(engine, contexts, batch_size,
-                                        lambda done, total: say(f"measured {done}/{total} examples…"))
-    odds = [e for e in measured if e is not None]
-    broken = [(c.source, BROKEN) for c, e in zip(contexts, measured) if e is None]
+    odds, unmeasured, tokens, seconds = measure_run(engine, contexts, batch_size, lambda n, of: say(f"measured {n}/{of} examples…"))
     errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
-    targets = {i for c in contexts for i in c.targets}
+    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
+    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
+    judged = [o for o in odds if o.context.kind == judged_kind]
+    targets = {i for o in judged for i in o.context.targets}
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(odds, errors, names, len(broken))
-    return StopOdds(spec, engine.device, tuple(odds), tuple([*skipped, *broken, *cut]), tokens, seconds, kind, reason,
-                    data)
+    kind, reason = verdict(judged, errors, names, sum(why == BROKEN for _, why in unmeasured))
+    return StopOdds(spec, engine.device, tuple(odds), (*skipped, *unmeasured), tokens, seconds, kind, reason, data, judged_kind)
+
+
+def _line_of(skipped: tuple[str, str]) -> int:
+    """The line of a skipped row's "FILE:LINE" source."""
+    line = skipped[0].rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
 
 
 # --- diff ------------------------------------------------------------------------------------
@@ -342,10 +350,15 @@ def training_template(path: Path) -> Any:
 
 def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, tools: list[dict] | None = None,
                    template: str | None = None, compare: str | None = None, add_generation_prompt: bool = True,
-                   continue_final_message: bool = False, revision: str | None = None) -> RenderResult:
+                   continue_final_message: bool = False, revision: str | None = None,
+                   thinking: str | None = None, typed: bool = False) -> RenderResult:
     """`stopdoctor render`: the prompt the runtime builds for each conversation (the sample one when
-    none is given), and with `compare` (a template file or a second model) the differences."""
-    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, render_prompt, select_template
+    none is given), and with `compare` (a template file or a second model) the differences.
+    `thinking` ("on", "off", "both"): a reasoning template rendered as `generate --thinking` calls it
+    (both: each conversation twice, on then off). `typed`: the messages were typed on the command
+    line (-m), so a role no chat format has and the template never names is refused as a typo."""
+    from stopdoctor.actions.render import SAMPLE_CONVERSATION, check_typed_roles, compare_prompts, render_prompt, select_template
+    from stopdoctor.analysis.reasoning_run import thinking_calls
     from stopdoctor.core.errors import TemplateError
 
     notes = []
@@ -354,17 +367,26 @@ def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, 
         conversations = [list(SAMPLE_CONVERSATION)]
         notes.append("no messages given; rendering a sample conversation (system + user). "
                      "Use -m ROLE TEXT or --messages FILE.")
+    if thinking is not None and (template is not None or compare is not None):
+        raise InputError("--thinking switches the model's own template; it does not go with --template or --compare",
+                         hint="render each with --thinking on and off in two runs")
     facts = load(spec, revision)
     chosen = select_template(facts, template, tools)
+    if typed:
+        for conversation in conversations:
+            check_typed_roles(chosen, conversation)
+    # the switch the template reads (as generate finds it); None: the template's default, one render
+    calls = thinking_calls(analyze(facts).reasoning, thinking) if thinking is not None else [None]
     options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
     try:
-        prompts = [render_prompt(facts, conversation, template=chosen, **options) for conversation in conversations]
+        prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)
+                   for conversation in conversations for call in calls]
     except TemplateError:
         if not sample:
             raise
         # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
         notes.append("the template rejects a system turn; rendering the user message alone.")
-        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
+        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, thinking=call, **options) for call in calls]
     comparisons = None
     if compare is not None:
         other_path = Path(compare).expanduser()
@@ -462,6 +484,10 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
     if fragment:
         return GenerationPlan(context, [], None)
     chat = messages if messages is not None else (read_messages(messages_file) if messages_file else None)
+    if messages is not None:  # typed with -m: a role that is a typo is refused, as render refuses it
+        from stopdoctor.actions.render import check_typed_roles
+
+        check_typed_roles(context.facts.template, messages)
     from stopdoctor.analysis.reasoning_run import thinking_calls
 
     calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]

@@ -24,7 +24,11 @@ from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
 from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
-INSTALL_HINT = "pip install 'stopdoctor[runtime]'  (torch and accelerate)"
+# The README's install line: torch's CPU build from PyTorch's own index first (a bare `torch` from
+# PyPI pulls the multi-GB CUDA build), then the `runtime` extra from the clone.
+TORCH_CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install '.[runtime]'"
+INSTALL_HINT = (f"in your stopdoctor clone: {TORCH_CPU_INSTALL}  (with a GPU, the CUDA wheel instead: "
+                "--index-url https://download.pytorch.org/whl/cu126)")
 
 
 Progress = Callable[[str], None]
@@ -172,12 +176,14 @@ def check_device(device: str) -> None:
         raise InputError("--device cuda: no CUDA device is available", hint="use --device cpu or auto")
 
 
-def require_torch() -> Any:
+def require_torch(command: str = "generate") -> Any:
+    """torch, or one line naming the `command` that needs it and the README's install line."""
     try:
         import torch
     except ImportError:
-        raise MissingDependencyError("stopdoctor generate runs the model locally with torch, which is not installed",
-                                     hint=f"{INSTALL_HINT}; or point --server at an OpenAI-compatible endpoint") from None
+        server = "; or point --server at an OpenAI-compatible endpoint" if command == "generate" else ""
+        raise MissingDependencyError(f"stopdoctor {command} runs the model locally with torch, which is not installed",
+                                     hint=f"{INSTALL_HINT}{server}") from None
     return torch
 
 

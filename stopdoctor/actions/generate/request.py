@@ -152,21 +152,12 @@ def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, promp
     mode = "default"
     if thinking is not None:
         mode, extra = thinking.mode, thinking.variant.extra
-        messages = _with_system_flag(messages, thinking.variant.system_flag)
+        messages = thinking.messages(messages)
     text = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=facts.special_token_texts(),
                        extra=dict(extra) or None)
     # the tokenizer only now: a GGUF's takes seconds to convert, and the refusals above need none
     ids = facts.vocab.tokenizer().encode(text, add_special_tokens=False).ids
     return Prompt(text, tuple(ids), True, tuple(messages), extra, mode)
-
-
-def _with_system_flag(messages: list[dict], flag: str | None) -> list[dict]:
-    """`/no_think`-style switches: the flag ends the system message (one is added when none)."""
-    if flag is None:
-        return messages
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-        return [{**messages[0], "content": f"{messages[0]['content']} {flag}".strip()}, *messages[1:]]
-    return [{"role": "system", "content": flag}, *messages]
 
 
 def read_messages(path: Path) -> list[dict]:
