@@ -259,7 +259,8 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
     from stopdoctor.actions.generate.local import LocalEngine, require_torch
-    from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
+    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure_run, \
+        reference_rows, verdict
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
@@ -276,17 +277,16 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
         raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
     skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
     say = progress or (lambda message: None)
-    engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
-    odds, tokens, seconds = measure(engine, contexts, batch_size,
-                                    lambda done, total: say(f"measured {done}/{total} examples…"))
+    engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
+    odds, unmeasured, tokens, seconds = measure_run(engine, contexts, batch_size, lambda n, of: say(f"measured {n}/{of} examples…"))
     errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
     # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
     judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
     judged = [o for o in odds if o.context.kind == judged_kind]
     targets = {i for o in judged for i in o.context.targets}
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(judged, errors, names)
-    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data, judged_kind)
+    kind, reason = verdict(judged, errors, names, sum(why == BROKEN for _, why in unmeasured))
+    return StopOdds(spec, engine.device, tuple(odds), (*skipped, *unmeasured), tokens, seconds, kind, reason, data, judged_kind)
 
 
 def _line_of(skipped: tuple[str, str]) -> int:

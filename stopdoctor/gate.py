@@ -107,12 +107,33 @@ def live_probe(result: InspectResult) -> Any:
     verdict = fragment_test(ModelContext(result.facts, result.analysis), engine)
     chat = next((p for p in verdict.probes if p.name == "chat question"), None)
     if chat is None or chat.ended_turn:
-        return verdict
+        return _unless_broken(result, verdict)
     evidence = stop_evidence(result.facts, result.analysis, engine, contexts)
     if evidence.never_stops:
         return replace(verdict, evidence=evidence,
                        reason=f"{verdict.reason}; {evidence.explain()}: its weights never learned to stop")
     return replace(verdict, evidence=evidence)
+
+
+def _unless_broken(result: InspectResult, verdict: Any) -> Any:
+    """The probe's verdict, unless a row the model stops on holds NaN or infinities: then what
+    it generated is no evidence (an argmax over NaN picks a token, perhaps the eos) and the
+    broken row is (its rows' finding, SD801, runs)."""
+    from stopdoctor.actions.stop_odds import StopEvidence
+    from stopdoctor.analysis.weights import analyze_weights
+
+    try:
+        weights = analyze_weights(result.analysis)
+    except (StopdoctorError, ValueError, OSError):
+        return verdict  # weights in a form the row reader does not know: the probe's verdict stands
+    broken = [w for w in weights.untrained_targets if any("NaN or infinite" in r for r in w.reasons)]
+    if not broken:
+        return verdict
+    row = broken[0]
+    evidence = StopEvidence(None, 0, weights, broken=True)
+    return replace(verdict, evidence=evidence,
+                   reason=f"the weights are broken: {row.text} (id {row.id}) {row.reasons[0].removeprefix('its ')}; "
+                          "what the probe generated is no evidence")
 
 
 def weights_never_stop(verdict: Any) -> bool:

@@ -44,6 +44,12 @@ LEARNED = 0.1  # median P(end-of-turn) at or above: the weights end turns
 NEVER = 0.01  # below: the weights never learned to stop
 TOP = 5
 MAX_CONTEXT_TOKENS = 4096  # a longer example is cut from the left: only its end matters here
+# The work of one forward pass and of a run is bounded by tokens, not rows: a batch holds at most
+# BATCH_TOKENS padded tokens (whatever --batch-size says; attention grows with rows x width^2),
+# and a run measures at most RUN_TOKENS tokens; the rows past it are listed as not measured.
+BATCH_TOKENS = {"cuda": 65_536, "cpu": 8_192}
+RUN_TOKENS = {"cuda": 1_048_576, "cpu": 16_384}
+BROKEN = "the model's output here holds NaN or infinite values: its weights are broken"
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ class StopOdds:
     skipped: tuple[tuple[str, str], ...]  # (source, why) of examples that could not be measured
     tokens: int
     seconds: float
-    verdict: str  # "stops" | "configuration" | "weak" | "weights"
+    verdict: str  # "stops" | "configuration" | "weak" | "weights" | "broken" | "unknown"
     reason: str
     data: str | None = None
     # The rows the verdict is over: "chat" (the end of an assistant turn, against the end-of-turn)
@@ -205,19 +211,64 @@ def _chat_context(facts: ModelFacts, messages: list[dict]) -> tuple[tuple[int, .
 # --- measuring ----------------------------------------------------------------------------------
 
 
+def load_model(load: Callable[[], object], spec: str):
+    """`load()` (the engine), with transformers' refusal of weights whose shapes the config does
+    not give (F32 data labelled F16) as one InputError line."""
+    try:
+        return load()
+    except RuntimeError as error:
+        if not any(words in str(error) for words in ("mismatched_sizes", "mismatched sizes", "size mismatch")):
+            raise
+        raise InputError(f"{spec}: the weights' shapes do not match config.json (transformers refuses to load them)",
+                         hint="a tensor's dtype or shape in the weight file's header is wrong, or the config is another "
+                              "model's; `inspect --weights` shows the matrices' shapes") from None
+
+
+def within_budget(contexts: list[Context], device: str) -> tuple[list[Context], list[tuple[str, str]]]:
+    """The contexts a run measures, in order, until their tokens pass RUN_TOKENS for the device;
+    (source, why) of the rest."""
+    budget = RUN_TOKENS.get(device, RUN_TOKENS["cpu"])
+    kept: list[Context] = []
+    cut: list[tuple[str, str]] = []
+    spent = 0
+    for context in contexts:
+        if spent + len(context.ids) > budget:
+            cut.append((context.source, f"not measured: the run's {budget:,} tokens on {device} were spent "
+                                        "(use --limit, shorter rows, or a GPU)"))
+            continue
+        spent += len(context.ids)
+        kept.append(context)
+    return kept, cut
+
+
+def _batches(contexts: list[Context], order: list[int], batch_size: int, batch_tokens: int) -> list[list[Context]]:
+    """Consecutive contexts (shortest first) in batches of at most `batch_size` rows and
+    `batch_tokens` padded tokens (rows x the longest row)."""
+    batches: list[list[Context]] = []
+    for k in order:
+        context = contexts[k]
+        last = batches[-1] if batches else None
+        if last is not None and len(last) < batch_size and (len(last) + 1) * len(context.ids) <= batch_tokens:
+            last.append(context)
+        else:
+            batches.append([context])
+    return batches
+
+
 def measure(engine, contexts: list[Context], batch_size: int | None = None,
-            progress: Callable[[int, int], None] | None = None) -> tuple[list[ExampleOdds], int, float]:
-    """Teacher-force the contexts through `engine.model`; (odds, tokens, seconds of forward passes)."""
+            progress: Callable[[int, int], None] | None = None) -> tuple[list[ExampleOdds | None], int, float]:
+    """Teacher-force the contexts through `engine.model`; (odds, tokens, seconds of forward passes).
+    An example whose output holds NaN or infinities has None: no odds are computed from it."""
     torch = engine._torch if getattr(engine, "_torch", None) is not None else __import__("torch")
     model, device, vocab = engine.model, engine.device, engine.facts.vocab
     batch_size = batch_size or (32 if device == "cuda" else 8)
     order = sorted(range(len(contexts)), key=lambda k: len(contexts[k].ids))
-    results: dict[int, ExampleOdds] = {}
+    results: dict[int, ExampleOdds | None] = {}
     tokens = 0
     seconds = 0.0
+    done = 0
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            chunk = [contexts[k] for k in order[start:start + batch_size]]
+        for chunk in _batches(contexts, order, batch_size, BATCH_TOKENS.get(device, BATCH_TOKENS["cpu"])):
             width = max(len(c.ids) for c in chunk)
             ids = torch.zeros((len(chunk), width), dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -228,14 +279,27 @@ def measure(engine, contexts: list[Context], batch_size: int | None = None,
             began = time.perf_counter()
             output = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                            use_cache=False, logits_to_keep=1)
-            probs = torch.softmax(output.logits[:, -1, :].float(), dim=-1).cpu()
+            logits = output.logits[:, -1, :].float()
+            finite = torch.isfinite(logits).all(dim=-1).cpu()
+            probs = torch.softmax(logits, dim=-1).cpu()
             seconds += time.perf_counter() - began
             tokens += int(mask.sum())
             for row, context in enumerate(chunk):
-                results[context.index] = _odds(context, probs[row], vocab, torch)
+                results[context.index] = _odds(context, probs[row], vocab, torch) if bool(finite[row]) else None
+            done += len(chunk)
             if progress is not None:
-                progress(min(start + batch_size, len(order)), len(order))
+                progress(done, len(order))
     return [results[c.index] for c in contexts], tokens, seconds
+
+
+def measure_run(engine, contexts: list[Context], batch_size: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> tuple[list[ExampleOdds], list[tuple[str, str]], int, float]:
+    """A run's contexts measured within its token budget: (odds, (source, why) of the contexts
+    cut by the budget or whose output was broken, tokens, seconds)."""
+    contexts, cut = within_budget(contexts, engine.device)
+    measured, tokens, seconds = measure(engine, contexts, batch_size, progress)
+    broken = [(c.source, BROKEN) for c, e in zip(contexts, measured) if e is None]
+    return [e for e in measured if e is not None], [*broken, *cut], tokens, seconds
 
 
 def _odds(context: Context, probs, vocab, torch) -> ExampleOdds:
@@ -254,8 +318,12 @@ def _odds(context: Context, probs, vocab, torch) -> ExampleOdds:
     return ExampleOdds(context, p_end, best, rank, top)
 
 
-def verdict(examples: list[ExampleOdds], static_errors: list[str], target_text: str) -> tuple[str, str]:
-    """(verdict, reason): the weights against the configuration."""
+def verdict(examples: list[ExampleOdds], static_errors: list[str], target_text: str, broken: int = 0) -> tuple[str, str]:
+    """(verdict, reason): the weights against the configuration. `broken`: examples whose output
+    held NaN or infinities, a verdict of its own (no odds are computed from such weights)."""
+    if broken:
+        return "broken", (f"the weights are broken: the model's output holds NaN or infinite values on {broken} of "
+                          f"{broken + len(examples)} examples (see `inspect --weights`)")
     if not examples:
         return "unknown", "no example could be measured"
     median = statistics.median(e.p_end_of_turn for e in examples)
@@ -286,6 +354,7 @@ class StopEvidence:
     reference_examples: int
     weights: object = None  # WeightsReport, None when the rows could not be read
     target: str = "the end-of-turn token"
+    broken: bool = False  # the model's output held NaN or infinities: no odds were computed from it
 
     @property
     def untrained_rows(self) -> list:
@@ -293,10 +362,10 @@ class StopEvidence:
 
     @property
     def never_stops(self) -> bool:
-        return bool(self.untrained_rows) or (self.reference_median is not None and self.reference_median < NEVER)
+        return self.broken or bool(self.untrained_rows) or (self.reference_median is not None and self.reference_median < NEVER)
 
     def explain(self) -> str:
-        parts = []
+        parts = [BROKEN] if self.broken else []
         if self.reference_median is not None:
             parts.append(f"on {self.reference_examples} reference answers it gives {self.target} a median P of "
                          f"{self.reference_median:.4f} (a model that ends its turns: > {LEARNED})")
@@ -323,9 +392,11 @@ def stop_evidence(facts: ModelFacts, analysis: Analysis, engine, contexts: list[
         weights = None  # weights in a form the row reader does not know: the odds speak alone
     if contexts is None:
         contexts = reference_contexts(facts, analysis)
-    median = None
+    median, broken = None, False
     if contexts:
         odds, _, _ = measure(engine, contexts)
-        median = statistics.median(e.p_end_of_turn for e in odds)
+        measured = [e.p_end_of_turn for e in odds if e is not None]
+        broken = len(measured) != len(odds)  # NaN output: no median is computed from it
+        median = statistics.median(measured) if not broken else None
     names = [facts.vocab.text_of(i) or str(i) for i in stop_targets(analysis)]
-    return StopEvidence(median, len(contexts), weights, " / ".join(names) or "the end-of-turn token")
+    return StopEvidence(median, len(contexts), weights, " / ".join(names) or "the end-of-turn token", broken)

@@ -100,6 +100,12 @@ class RowPlan:
     def ids(self) -> list[int]:
         return sorted({*self.watched, *self.candidates, *self.baseline})
 
+    @property
+    def in_order(self) -> list[int]:
+        """The ids in the order they matter (watched, baseline, candidates): a byte budget cuts
+        the last."""
+        return list(dict.fromkeys([*sorted(self.watched), *self.baseline, *self.candidates]))
+
 
 def stop_targets(analysis: Analysis) -> tuple[int, ...]:
     """The ids the model must emit to end a turn: the template's end-of-turn tokens, or for a
@@ -153,8 +159,14 @@ def rows_to_read(analysis: Analysis) -> RowPlan:
 
 
 def stats(row: np.ndarray) -> RowStats:
-    row = row.astype(np.float64)
-    return RowStats(float(np.linalg.norm(row)), float(row.max()), float(row.min()), float(np.abs(row).mean()))
+    """A row's statistics over its finite values: a row holding NaN or infinities is judged broken
+    by `_untrained_reasons`, and its numbers stay numbers a JSON document can hold."""
+    with np.errstate(invalid="ignore", over="ignore"):  # a NaN row is judged, not warned about
+        row = row.astype(np.float64)
+    finite = row[np.isfinite(row)]
+    if finite.size == 0:
+        return RowStats(0.0, 0.0, 0.0, 0.0)
+    return RowStats(float(np.linalg.norm(finite)), float(finite.max()), float(finite.min()), float(np.abs(finite).mean()))
 
 
 def _median(values: np.ndarray) -> float:
@@ -267,6 +279,7 @@ def analyze_weights(analysis: Analysis) -> WeightsReport:
     from stopdoctor.facts.weights import read_weight_rows
 
     plan = rows_to_read(analysis)
-    weights = read_weight_rows(analysis.facts.source, plan.ids, analysis.facts.gguf)
+    weights = read_weight_rows(analysis.facts.source, plan.in_order, analysis.facts.gguf)
     vocab = analysis.facts.vocab
-    return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf rows are judged (broken), not warned about
+        return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})

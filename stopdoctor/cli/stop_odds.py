@@ -46,4 +46,4 @@ def stop_odds(
         from stopdoctor.reporters.stop_odds_text import render_stop_odds_human
 
         emit(render_stop_odds_human(odds, color_for_stdout(color), width_for_stdout()))
-    return EXIT_FINDINGS if odds.verdict == "weights" else EXIT_OK
+    return EXIT_FINDINGS if odds.verdict in ("weights", "broken") else EXIT_OK

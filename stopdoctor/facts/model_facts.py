@@ -191,7 +191,9 @@ def parse_json(text: str, name: str, hint: str | None = "runtimes fail to load t
         raise InputError(f"{name}: holds about {containers} JSON arrays/objects, more than the "
                          f"{MAX_JSON_CONTAINERS} a configuration file can have")
     try:
-        value = json.loads(text)
+        # NaN, Infinity and a float past float64 (1e999) are no JSON numbers: read as null (unset), so
+        # no report's JSON ever holds them
+        value = json.loads(text, parse_constant=lambda constant: None, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", hint=hint) from exc
     except RecursionError as exc:
@@ -204,6 +206,11 @@ def parse_json(text: str, name: str, hint: str | None = "runtimes fail to load t
         raise InputError(f"{name}: {where} holds a lone surrogate (\\u{ord(char):04x}), which is not Unicode text",
                          hint="runtimes cannot encode it either; write the character itself or a valid surrogate pair")
     return value
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if abs(value) != float("inf") else None
 
 
 # "\\uD800".."\\uDFFF" in the JSON text: only then can the parsed value hold a lone surrogate.
@@ -502,7 +509,8 @@ def _read_gguf(facts: ModelFacts, path: Path) -> None:
         facts.add_bos = Sourced(bool(header.add_bos), Location(file, "tokenizer.ggml.add_bos_token"))
     for key, name in GGUF_SAMPLING_KEYS.items():
         value = header.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # NaN or an infinity is no sampling value (and no JSON number): left out, like a wrong type
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
             facts.sampling[name] = Sourced(value, Location(file, key))
     base = header.get("general.base_model.0.name")
     if isinstance(base, str):

@@ -5,7 +5,11 @@ only, never weights, and honours HF_HUB_OFFLINE, HF_ENDPOINT and the HF cache. F
 --weights` on a hub id, `hub_weight_file` gives a weight file as a `ByteSource`: the HF cache's copy
 when it holds one, else a `RangeReader` (`stopdoctor.facts.remote`) that reads only the byte
 ranges asked for; `hub_small_file` fetches one config-sized file (a shard index) into the cache.
-Imports: core (errors, types), facts.remote (huggingface_hub lazily, for hub ids only).
+A hostile hub is bounded: huggingface_hub's client asks for identity encoding and refuses any
+other (a gzip bomb is never expanded into the cache), stops a body past MAX_HUB_FILE_BYTES, and
+the fetch of a model's files ends after HUB_FILES_S seconds in all; messages never carry the
+credentials of HF_ENDPOINT nor the server's controls.
+Imports: core (errors, types), facts.remote (huggingface_hub and its httpx2 lazily, for hub ids only).
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ MODEL_FILES = (
 )
 # transformers >= 4.54 saves extra named templates here, one file each.
 NAMED_TEMPLATE_DIR = "additional_chat_templates"
+
+# Config-sized files: the largest real one is a tokenizer.json (Gemma 3's: 33 MB).
+MAX_HUB_FILE_BYTES = 256 * 1024 * 1024
+HUB_FILES_S = 300.0
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
@@ -115,8 +123,11 @@ def _hub(repo_id: str, revision: str | None) -> ModelSource:
     except ImportError as exc:  # pragma: no cover - huggingface_hub is a dependency
         raise InputError("huggingface_hub is needed to resolve hub ids") from exc
     patterns = [*MODEL_FILES, f"{NAMED_TEMPLATE_DIR}/*.jinja"]
+    _bound_hub_client()
     try:
-        local = snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
+        local = _within(HUB_FILES_S, repo_id, lambda: snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
+    except _HubRefused as exc:
+        raise InputError(f"{repo_id}: {exc}") from None
     except LocalEntryNotFoundError as exc:
         raise InputError(
             f"{repo_id}: no such local folder, and not in the local Hugging Face cache; the hub cannot be reached"
@@ -130,8 +141,109 @@ def _hub(repo_id: str, revision: str | None) -> ModelSource:
     except RepositoryNotFoundError as exc:
         raise InputError(f"{repo_id}: no such local folder, and no such model on the hub (or it is private)") from exc
     except OSError as exc:
-        raise InputError(f"{repo_id}: could not be fetched: {exc}") from exc
+        raise InputError(f"{repo_id}: could not be fetched: {_said(exc)}") from None
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:  # an answer no hub gives, met inside huggingface_hub
+        raise InputError(f"{repo_id}: the hub's answer is not one huggingface_hub can read ({type(exc).__name__}: "
+                         f"{_said(exc)})") from None
     return _folder(repo_id, Path(local), "hub", revision)
+
+
+def _said(exc: BaseException) -> str:
+    """An error of huggingface_hub or the server as one line: no credentials, no controls."""
+    from stopdoctor.facts.remote import server_text, without_credentials
+
+    return server_text(without_credentials(str(exc)), 300)
+
+
+class _HubRefused(Exception):
+    """The hub's answer was refused (an encoding, a size, a time): the message says why."""
+
+
+def _within(seconds: float, what: str, call):
+    """call() in a daemon thread, given `seconds` in all: a server that never answers, or drips,
+    ends the command (the thread dies with the process) instead of holding it."""
+    import threading
+
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True, name="stopdoctor-hub")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        from huggingface_hub import constants
+
+        from stopdoctor.facts.remote import shown_host
+
+        raise _HubRefused(f"the hub at {shown_host(constants.ENDPOINT)} did not answer within {seconds:g} s in all")
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")
+
+
+_BOUND = False
+
+
+def _bound_hub_client() -> None:
+    """huggingface_hub's HTTP client, once a process: identity encoding asked and required, each
+    body cut at MAX_HUB_FILE_BYTES."""
+    global _BOUND
+    if _BOUND:
+        return
+    import httpx2
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils._http import hf_request_event_hook
+
+    from stopdoctor.facts.remote import server_text
+
+    class Capped(httpx2.SyncByteStream):
+        def __init__(self, stream, url: str) -> None:
+            self.stream, self.url = stream, url
+
+        def __iter__(self):
+            seen = 0
+            for chunk in self.stream:
+                seen += len(chunk)
+                if seen > MAX_HUB_FILE_BYTES:
+                    raise _HubRefused(f"{server_text(self.url.rsplit('/', 1)[-1], 80)} is over {MAX_HUB_FILE_BYTES:,} bytes: "
+                                      "no configuration or tokenizer file is that big")
+                yield chunk
+
+        def close(self) -> None:
+            self.stream.close()
+
+    class Bounded(httpx2.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.HTTPTransport()
+
+        def handle_request(self, request):
+            request.headers["Accept-Encoding"] = "identity"
+            response = self.inner.handle_request(request)
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            name = server_text(request.url.path.rsplit("/", 1)[-1], 80)
+            if encoding not in ("", "identity"):
+                response.close()
+                raise _HubRefused(f"the hub answered {name} with Content-Encoding {server_text(encoding, 40)!r} when asked "
+                                  "for none: a compressed answer is not expanded into the cache")
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and int(length) > MAX_HUB_FILE_BYTES and request.method != "HEAD":
+                response.close()
+                raise _HubRefused(f"{name} is {int(length):,} bytes, over {MAX_HUB_FILE_BYTES:,}: no configuration or "
+                                  "tokenizer file is that big")
+            return httpx2.Response(response.status_code, headers=response.headers, stream=Capped(response.stream, str(request.url)),
+                                   extensions=response.extensions, request=request)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    set_client_factory(lambda: httpx2.Client(event_hooks={"request": [hf_request_event_hook]}, follow_redirects=True,
+                                             timeout=None, transport=Bounded()))
+    _BOUND = True
 
 
 def _offline() -> bool:
@@ -160,12 +272,16 @@ def hub_small_file(source: ModelSource, filename: str) -> Path | None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
+    _bound_hub_client()
     try:
-        return Path(hf_hub_download(source.spec, filename, revision=_hub_revision(source)))
+        return Path(_within(HUB_FILES_S, source.spec,
+                            lambda: hf_hub_download(source.spec, filename, revision=_hub_revision(source))))
     except (EntryNotFoundError, LocalEntryNotFoundError):
         return None  # not in the repository; offline, the weight file's own check says why
+    except _HubRefused as exc:
+        raise InputError(f"{source.spec}: could not fetch {filename}: {exc}") from None
     except OSError as exc:
-        raise InputError(f"{source.spec}: could not fetch {filename}: {shorten(str(exc), 200)}") from None
+        raise InputError(f"{source.spec}: could not fetch {filename}: {_said(exc)}") from None
 
 
 def hub_weight_file(source: ModelSource, filename: str) -> Path | RangeReader:

@@ -32,6 +32,17 @@ EMBEDDING_NAMES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight"
 OUTPUT_NAMES = ("lm_head.weight", "embed_out.weight", "output.weight")
 # A shard index lists every tensor; a header can be large, but no real index is over this.
 MAX_INDEX_BYTES = 64_000_000
+# The widest embedding of any released language model is ~25k columns (PaLM 540B: 18,432); a
+# row wider than this is a shape that lies, and reading it would cost megabytes a row.
+MAX_COLUMNS = 65_536
+# The rows kept in all, as float32 over both matrices: the rows past it (the optional special
+# rows, last in the order asked) are not read, and `WeightRows.rows_cut` says how many.
+MAX_ROW_BYTES_IN_ALL = 256 * 1024 * 1024
+# A file name longer than a file system allows (255 bytes) is no shard of this folder.
+MAX_NAME_BYTES = 255
+# The embedding and output live in one or two shards (a vision-language model's text and vision
+# towers, a few more): an index naming more for them is not read shard by shard.
+MAX_MATRIX_SHARDS = 16
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class WeightRows:
     output_rows: dict[int, np.ndarray]
     seconds: float = 0.0
     http: HttpTransfer | None = None  # a hub id's weights read over HTTP: what travelled
+    rows_cut: int = 0  # ids asked for but not read: their rows would pass MAX_ROW_BYTES_IN_ALL
 
     @property
     def tied(self) -> bool:
@@ -80,33 +92,57 @@ class WeightRows:
 
 
 def find_matrices(source: ModelSource, gguf_header: object = None) -> tuple[str, Matrix, Matrix | None]:
-    """(format, embedding, output or None when tied); InputError when the model has no weights.
-    `gguf_header`: the GGUF header already read (`ModelFacts.gguf`), so it is not parsed twice."""
+    """(format, embedding, output or None when tied); InputError when the model has no weights,
+    or when a matrix's shape is not one a language model has (no columns, or rows megabytes wide:
+    refused before a row is read). `gguf_header`: the GGUF header already read (`ModelFacts.gguf`),
+    so it is not parsed twice."""
     if source.kind == "gguf":
-        return ("gguf", *_gguf_matrices(next(iter(source.files.values())), gguf_header))
-    return ("safetensors", *_safetensors_matrices(source))
+        fmt, (embedding, output) = "gguf", _gguf_matrices(next(iter(source.files.values())), gguf_header)
+    else:
+        fmt, (embedding, output) = "safetensors", _safetensors_matrices(source)
+    for matrix in (embedding, output):
+        if matrix is not None:
+            _check_shape(source, matrix)
+    return fmt, embedding, output
+
+
+def _check_shape(source: ModelSource, matrix: Matrix) -> None:
+    where = f"{source.spec}: {matrix.file}: tensor {matrix.tensor[:80]!r}"
+    if matrix.columns == 0:
+        raise InputError(f"{where} has {matrix.rows} rows of 0 columns: an {matrix.role} matrix with no columns is "
+                         "no language model's", hint="the weight file is corrupt or not a language model's")
+    if matrix.columns > MAX_COLUMNS:
+        raise InputError(f"{where} has rows {matrix.columns:,} columns wide: an implausible shape (no language model's "
+                         f"{matrix.role} is wider than {MAX_COLUMNS:,}); its rows are not read",
+                         hint="the header's shape is wrong, or this is not a language model's weight file")
 
 
 def read_weight_rows(source: ModelSource, ids: Iterable[int], gguf_header: object = None) -> WeightRows:
-    """The rows of `ids` (ids past a matrix are left out) of the embedding and output matrices."""
+    """The rows of `ids` (ids past a matrix are left out) of the embedding and output matrices.
+    `ids` in the order they matter: when their rows would pass MAX_ROW_BYTES_IN_ALL, the last are
+    not read (`rows_cut`)."""
     started = time.perf_counter()
     fmt, embedding, output = find_matrices(source, gguf_header)
-    ids = sorted(set(ids))
+    ordered = list(dict.fromkeys(ids))
+    row_bytes = 4 * (embedding.columns + (output.columns if output is not None else 0))
+    fitting = max(1, MAX_ROW_BYTES_IN_ALL // row_bytes)
+    cut = max(0, len(ordered) - fitting)
+    ids = sorted(ordered[:fitting])
     read = _read_gguf if fmt == "gguf" else _read_safetensors
     embedding_rows = read(embedding, ids)
     output_rows = read(output, ids) if output is not None else {}
     return WeightRows(fmt, embedding, output, embedding_rows, output_rows, time.perf_counter() - started,
-                      _transfer(embedding, output))
+                      _transfer(embedding, output), cut)
 
 
 def _transfer(*matrices: Matrix | None) -> HttpTransfer | None:
     readers = {id(m.reader): m.reader for m in matrices if m is not None and hasattr(m.reader, "bytes_read")}
     if not readers:
         return None
-    from urllib.parse import urlsplit
+    from stopdoctor.facts.remote import shown_host
 
     files = list(readers.values())
-    return HttpTransfer(urlsplit(files[0].url).netloc, sum(f.requests for f in files), sum(f.bytes_read for f in files),
+    return HttpTransfer(shown_host(files[0].url), sum(f.requests for f in files), sum(f.bytes_read for f in files),
                         sum(f.size for f in files))
 
 
@@ -179,7 +215,7 @@ def _weight_files(source: ModelSource) -> list[tuple[Path, ByteSource | None]]:
     if index.is_file():
         shards = _shards(index)
         for name in shards:
-            if not (root / name).is_file():
+            if not _is_file(root / name):
                 raise InputError(f"{index}: names {name!r}, which is not a file in the model folder")
         if shards:
             return [(root / name, None) for name in shards]
@@ -201,10 +237,23 @@ def _shards(index: Path) -> list[str]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{index}: no weight_map of tensor name to file name")
     names = sorted({v for k, v in weight_map.items() if k.endswith(EMBEDDING_NAMES + OUTPUT_NAMES)})
+    if len(names) > MAX_MATRIX_SHARDS:
+        raise InputError(f"{index}: names {len(names):,} shards holding embedding or output tensors; a model keeps them "
+                         f"in one or two (refused over {MAX_MATRIX_SHARDS}: each shard's header would be read)")
     for name in names:
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise InputError(f"{index}: names {name[:80]!r}, which is not a file in the model folder")
+        if not name or "/" in name or "\\" in name or name in (".", "..") or len(name.encode("utf-8", "replace")) > MAX_NAME_BYTES:
+            raise InputError(f"{index}: names {name[:80]!r}{'…' if len(name) > 80 else ''}, which is not a file in the "
+                             "model folder")
+        if name == INDEX_FILE:
+            raise InputError(f"{index}: names itself as the shard holding the embedding or output matrix")
     return names
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name the file system refuses, a loop of links
+        return False
 
 
 class _Shared:

@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.render import render_chat
+from stopdoctor.template.tag_scan import MAX_KNOWN_CHARS as _MAX_KNOWN_CHARS
+from stopdoctor.template.tag_scan import TAG as _TAG
+from stopdoctor.template.tag_scan import switch_names as _switch_names
+from stopdoctor.template.tag_scan import tag_spans as _tag_spans
 
 STYLES = ("think-tags", "harmony", "untagged", "none")
 
@@ -34,8 +38,13 @@ _CALL_ARGUMENT = "sdReasonCity7q"
 _TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather.",
                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 # Tag-looking pieces: <|x|>, <｜x｜>, <x>, </x>, <|x>, <x|>, [X], [/X].
-_TAG = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>]{1,40}｜>|<[^<>\s]{1,40}>|\[/?[A-Za-z_]{1,20}\]")
-_SWITCH_NAME = re.compile(r"(?<![\w.'\"\[])([A-Za-z_]*(?:think|reason|effort)[A-Za-z_]*)\b")
+# Bounds for a hostile template (a render is bounded by the sandbox; what is learnt from it here is
+# bounded by these): the switch names weighed (those naming thinking or reasoning whole, then the
+# shortest: enable_thinking, reasoning_effort),
+# a switch name's length, the characters of a text scanned for tags (its head and its tail), the
+# special-token texts taken for tags (longer ones are no tag), the distinct tags paired.
+_MAX_SWITCH_NAMES = 64
+_MAX_PAIRED_TAGS = 512
 _NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinking_end_token", "think_begin_token",
                            "think_end_token", "reasoning_instructions"})
 _MAX_VARIANTS = 24
@@ -172,20 +181,7 @@ def _user(text: str) -> dict:
 
 def _tags(text: str, known: list[str]) -> list[str]:
     """The tag-looking pieces of a text, known special tokens first (longest first)."""
-    out, i = [], 0
-    while i < len(text):
-        special = next((s for s in known if text.startswith(s, i)), None)
-        if special is not None:
-            out.append(special)
-            i += len(special)
-            continue
-        match = _TAG.match(text, i)
-        if match is not None:
-            out.append(match.group(0))
-            i = match.end()
-        else:
-            i += 1
-    return out
+    return [text[start:end] for start, end in _tag_spans(text, known)]
 
 
 def _core(tag: str) -> str:
@@ -198,7 +194,8 @@ def _variants(source: str) -> list[Variant]:
     """The template's own thinking switches, read from its source: variables whose name speaks of
     thinking, reasoning or effort, with the values the template compares them to (and true/false),
     and `/think`-like flags it looks for in the system message."""
-    names = sorted({m.group(1) for m in _SWITCH_NAME.finditer(source)} - _NOT_SWITCHES)
+    names = sorted(_switch_names(source) - _NOT_SWITCHES,
+                   key=lambda n: ("thinking" not in n and "reasoning" not in n, len(n), n))[:_MAX_SWITCH_NAMES]
     variants: list[Variant] = []
     for name in names:
         if not re.search(rf"(?<![\w.'\"]){name}\s*(?:is\b|==|!=|\bin\b|%\}}|-%\}}|\)|\band\b|\bor\b|\|)", source) \
@@ -272,7 +269,7 @@ def _harmony(probe: _Probe, known: list[str]) -> ReasoningStructure | None:
 
 def _channel_header(text: str, known: list[str]) -> tuple[str, str, str] | None:
     """The trailing `TAG word TAG` of a text (`<|channel|>analysis<|message|>`), or None."""
-    spans = [(m.start(), m.end()) for m in _tag_spans(text, known)]
+    spans = _tag_spans(text, known)
     if len(spans) < 2:
         return None
     (s1, e1), (s2, e2) = spans[-2], spans[-1]
@@ -280,11 +277,6 @@ def _channel_header(text: str, known: list[str]) -> tuple[str, str, str] | None:
     if e2 != len(text) or not re.fullmatch(r"[A-Za-z]{2,20}", word):
         return None
     return text[s1:e1], word, text[s2:e2]
-
-
-def _tag_spans(text: str, known: list[str]) -> list[re.Match]:
-    pattern = re.compile("|".join([*(re.escape(k) for k in known), _TAG.pattern]))
-    return list(pattern.finditer(text))
 
 
 def _call_close(probe: _Probe, known: list[str]) -> str | None:
@@ -324,7 +316,6 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     header_tags = set(_tags(user_text[:user_text.find(_U)][-80:], known)) if _U in user_text else set()
     # Tags the prompts end with, beyond the user turn's own (a header tag is written there too).
     endings = {v: _last_tag(p[0], known) for v, p in prompts.items()}
-    literal_tags = set(_TAG.findall(source)) | {k for k in known if k in source}
     added = [_tags(p[1], known) for v, p in prompts.items() if v != Variant() and p[1] != default[1]]
     added_tags = [t for tags in added for t in tags if t not in default[1]]
     # Tags the default prompt writes in its own text (Phi-4-reasoning's system message asks for
@@ -334,7 +325,13 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     # A thought the prompt opens but the template never closes (the model writes the close, OLMo 3
     # Think, R1 distills): its closing form is derived from the opener's own name.
     prompt_tags = [t for p in prompts.values() for t in _tags(p[0], known)]
-    derived = {c for t in {*openers, *prompt_tags} if t and _speaks_of_thought(t, source) for c in [_close_form(t)] if c}
+    named = list(dict.fromkeys(t for t in (*openers, *prompt_tags) if t))[:_MAX_PAIRED_TAGS]
+    derived = {c for t in named if _speaks_of_thought(t, source) for c in [_close_form(t)] if c}
+    # the template's literal tags, and the known texts it writes, of those names only: a template
+    # naming 20,000 tokens is not searched 20,000 times
+    cores = {_core(t) for t in named}
+    literal_tags = set(_TAG.findall(source)) | {k for k in known if len(k) <= _MAX_KNOWN_CHARS and _core(k) in cores
+                                                and k in source}
     for open_tag, close in _candidate_pairs(openers, prompts.values(), literal_tags | derived, known):
         mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
                    and not _names_pair(default[1], open_tag, close)]
@@ -491,7 +488,7 @@ def _prose_thought(default: tuple[str, str], source: str, known: list[str]) -> R
     """A thought in plain text: the prompt ends with a prose opener ("Here are my reasoning steps:") and
     the template names a bracketed marker that starts the answer (`[BEGIN FINAL RESPONSE]`)."""
     tags = _tag_spans(default[0][-400:], known)
-    tail = default[0][-400:][tags[-1].end():] if tags else default[0][-400:]
+    tail = default[0][-400:][tags[-1][1]:] if tags else default[0][-400:]
     if not tail.strip() or _PROSE_OPENER.search(tail[-120:]) is None:
         return None
     markers = [m.group(0) for m in _PLAIN_MARKER.finditer(source) if _PLAIN_MARKER_WORD.search(m.group(0))]
@@ -514,10 +511,16 @@ def _candidate_pairs(endings: Iterable[str | None], prompts: Iterable[tuple[str,
     seen = [t for t in endings if t is not None]
     for prompt, _ in prompts:
         seen += _tags(prompt, known)
-    seen = list(dict.fromkeys(seen))
-    closers = sorted(set(seen) | literals)
+    seen = list(dict.fromkeys(seen))[:_MAX_PAIRED_TAGS]
+    cores = {_core(t) for t in seen}
+    by_core: dict[str, list[str]] = {}
+    for tag in sorted(set(seen) | literals):  # only a closer whose name an opening tag has: linear, not seen x literals
+        core = _core(tag)
+        if core in cores:
+            by_core.setdefault(core, []).append(tag)
     # The opener's own closing form first (`<|start_think|>` → `<|end_think|>`, before a stray `</think>`).
-    return [(a, b) for a in seen for b in sorted(closers, key=lambda c: c != _close_form(a)) if _pairs(a, b)]
+    return [(a, b) for a in seen for b in sorted(by_core.get(_core(a), ()), key=lambda c: c != _close_form(a))
+            if _pairs(a, b)]
 
 
 def _is_closing(tag: str) -> bool:
