@@ -29,6 +29,7 @@ from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
+    from stopdoctor.actions.render import RenderResult
     from stopdoctor.analysis.weights import WeightsReport
     from stopdoctor.rules.registry import Check
     from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "COLLATORS": ("stopdoctor.actions.labels.result", "COLLATORS"),  # labels settings
     "LabelSettings": ("stopdoctor.actions.labels.result", "LabelSettings"),
+    "RenderResult": ("stopdoctor.actions.render", "RenderResult"),
     "LOGS_READ_DONE": ("stopdoctor.actions.logs.query", "RUNNING_DONE"),  # progress: read, analysing
 }
 
@@ -311,16 +313,6 @@ def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revisio
 # --- render ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RenderResult:
-    """`stopdoctor render`: each conversation rendered, the comparisons with `--compare`, and what
-    the run had to say (a fallback taken)."""
-
-    prompts: list[Any]  # stopdoctor.actions.render.RenderedPrompt
-    comparisons: list[Any] | None  # stopdoctor.actions.render.PromptComparison
-    notes: list[str]
-
-
 def read_conversations(path: str | Path) -> list[list[dict]]:
     """A JSON list of messages, or JSONL with one conversation a line, read through the input guards."""
     from stopdoctor.actions.render import load_conversations
@@ -359,49 +351,14 @@ def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, 
     `thinking` ("on", "off", "both"): a reasoning template rendered as `generate --thinking` calls it
     (both: each conversation twice, on then off). `typed`: the messages were typed on the command
     line (-m), so a role no chat format has and the template never names is refused as a typo."""
-    from stopdoctor.actions.render import SAMPLE_CONVERSATION, check_typed_roles, compare_prompts, render_prompt, select_template
-    from stopdoctor.analysis.reasoning_run import thinking_calls
-    from stopdoctor.core.errors import TemplateError
+    from stopdoctor.actions.render import RenderRequest, render_conversations
 
-    notes = []
-    sample = conversations is None
-    if sample:
-        conversations = [list(SAMPLE_CONVERSATION)]
-        notes.append("no messages given; rendering a sample conversation (system + user). "
-                     "Use -m ROLE TEXT or --messages FILE.")
     if thinking is not None and (template is not None or compare is not None):
         raise InputError("--thinking switches the model's own template; it does not go with --template or --compare",
                          hint="render each with --thinking on and off in two runs")
-    facts = load(spec, revision)
-    chosen = select_template(facts, template, tools)
-    if typed:
-        for conversation in conversations:
-            check_typed_roles(chosen, conversation)
-    # the switch the template reads (as generate finds it); None: the template's default, one render
-    calls = thinking_calls(analyze(facts).reasoning, thinking) if thinking is not None else [None]
-    options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
-    try:
-        prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)
-                   for conversation in conversations for call in calls]
-    except TemplateError:
-        if not sample:
-            raise
-        # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
-        notes.append("the template rejects a system turn; rendering the user message alone.")
-        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, thinking=call, **options) for call in calls]
-    comparisons = None
-    if compare is not None:
-        other_path = Path(compare).expanduser()
-        if other_path.is_file() and other_path.suffix.lower() != ".gguf":
-            other_facts, other_template = facts, read_template(other_path)
-        else:
-            other_facts = load(compare, None)
-            other_template = select_template(other_facts, None, tools)
-        comparisons = [compare_prompts(facts, left, other_facts,
-                                       render_prompt(other_facts, left.messages, template=other_template, **options),
-                                       spec, compare)
-                       for left in prompts]
-    return RenderResult(prompts, comparisons, notes)
+    request = RenderRequest(spec, conversations, tools, template, compare, add_generation_prompt,
+                            continue_final_message, thinking, typed)
+    return render_conversations(load(spec, revision), request, load)
 
 
 # --- probe-stop ------------------------------------------------------------------------------

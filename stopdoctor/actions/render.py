@@ -500,3 +500,75 @@ def compare_prompts(
         left_eot = right_eot = None
         error = exc.message
     return PromptComparison(left, right, left_label, right_label, diff, left_eot, right_eot, error)
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """`stopdoctor render`: each conversation rendered, the comparisons with `--compare`, and what
+    the run had to say (a fallback taken)."""
+
+    prompts: list[RenderedPrompt]
+    comparisons: list[PromptComparison] | None
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """What `render` was asked: the conversations (None: the sample one), the tools, a template file
+    or name, a second template or model to compare with, the generation-prompt options, the thinking
+    switch ("on", "off", "both") and whether the messages were typed on the command line."""
+
+    spec: str
+    conversations: list[list[dict]] | None
+    tools: list[dict] | None
+    template: str | None
+    compare: str | None
+    add_generation_prompt: bool
+    continue_final_message: bool
+    thinking: str | None
+    typed: bool
+
+
+def render_conversations(facts: ModelFacts, request: RenderRequest, load: Any) -> RenderResult:
+    """Render each conversation of `request` with `facts`' template (`load(spec, None)` reads a model
+    to compare with)."""
+    from stopdoctor.analysis.core import analyze
+    from stopdoctor.analysis.reasoning_run import thinking_calls
+
+    notes = []
+    conversations = request.conversations
+    sample = conversations is None
+    if sample:
+        conversations = [list(SAMPLE_CONVERSATION)]
+        notes.append("no messages given; rendering a sample conversation (system + user). "
+                     "Use -m ROLE TEXT or --messages FILE.")
+    chosen = select_template(facts, request.template, request.tools)
+    if request.typed:
+        for conversation in conversations:
+            check_typed_roles(chosen, conversation)
+    # the switch the template reads (as generate finds it); None: the template's default, one render
+    calls = thinking_calls(analyze(facts).reasoning, request.thinking) if request.thinking is not None else [None]
+    options = dict(tools=request.tools, add_generation_prompt=request.add_generation_prompt,
+                   continue_final_message=request.continue_final_message)
+    try:
+        prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)
+                   for conversation in conversations for call in calls]
+    except TemplateError:
+        if not sample:
+            raise
+        # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
+        notes.append("the template rejects a system turn; rendering the user message alone.")
+        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, thinking=call, **options) for call in calls]
+    comparisons = None
+    if request.compare is not None:
+        other_path = Path(request.compare).expanduser()
+        if other_path.is_file() and other_path.suffix.lower() != ".gguf":
+            other_facts, other_template = facts, template_from_file(other_path)
+        else:
+            other_facts = load(request.compare, None)
+            other_template = select_template(other_facts, None, request.tools)
+        comparisons = [compare_prompts(facts, left, other_facts,
+                                       render_prompt(other_facts, left.messages, template=other_template, **options),
+                                       request.spec, request.compare)
+                       for left in prompts]
+    return RenderResult(prompts, comparisons, notes)
