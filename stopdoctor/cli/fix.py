@@ -52,15 +52,25 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     if not plan.edits:
         say("nothing to fix")
         return 0, plan, False
-    if not quiet:
-        emit(plan.diff())
-    for edit in plan.edits:
-        say(f"{edit.label}: {edit.reason}")
-    if not write:
-        say("run again with --write to apply")
-        return 1, plan, False
-    if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
-        raise InputError("refusing to write into the hub cache", hint="download the model to a folder and fix that")
-    plan.write(backup=backup)
+    staged = None
+    if write:
+        if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
+            raise InputError("refusing to write into the hub cache; download the model to a folder and fix that")
+        try:  # every refusal (a link, a backup in the way, a full disk, a GGUF not to edit) before any output
+            staged = plan.stage(backup=backup)
+        except InputError as error:  # one line: what was refused, and what to do
+            raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
+    try:
+        if not quiet:
+            emit(plan.diff())
+        for edit in plan.edits:
+            say(f"{edit.label}: {edit.reason}")
+        if staged is None:
+            say("run again with --write to apply")
+            return 1, plan, False
+        staged.commit()
+    finally:
+        if staged is not None:
+            staged.discard()
     say(f"wrote {len(plan.edits)} file(s)")
     return 0, plan, True

@@ -217,6 +217,11 @@ def parse_answer(raw: bytes, where: str, limits: Limits = Limits()) -> Any:
         raise InputError(f"{where}: the server did not answer with JSON ({_one_line(str(error), 120)})") from None
     if _depth_exceeds(document, limits.max_depth):
         raise InputError(f"{where}: the answer's JSON is nested more than {limits.max_depth} deep")
+    try:  # a `\\ud800` escape alone is no character: no report or document could write it
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: the answer holds a lone surrogate (a \\ud800-\\udfff escape that is not a pair), "
+                         "which is not Unicode text") from None
     return document
 
 
