@@ -116,7 +116,7 @@ def stream_issues(capture: StreamCapture, answer: str, stops: tuple[str, ...], s
 # difflib's matcher is quadratic: on a stream that differs from the answer all through (47 KB took
 # 157 s) only the part between the common start and end is compared, and only when it is this short.
 MAX_DIFF_CHARS = 2000
-# A special token's tail is a few characters: a piece is searched in its first this many.
+# A special token's tail is a few characters: a long piece is searched in its first and last this many.
 MAX_PIECE_CHARS = 4096
 
 
@@ -131,7 +131,7 @@ def _inserted(answer: str, streamed: str) -> list[str]:
     if not s_mid:
         return []
     if len(a_mid) > MAX_DIFF_CHARS or len(s_mid) > MAX_DIFF_CHARS:
-        return [s_mid[:MAX_PIECE_CHARS]]
+        return [s_mid[:MAX_PIECE_CHARS], s_mid[-MAX_PIECE_CHARS:]] if len(s_mid) > MAX_PIECE_CHARS else [s_mid]
     return [s_mid[j1:j2][:MAX_PIECE_CHARS] for op, _, _, j1, j2 in
             difflib.SequenceMatcher(None, a_mid, s_mid, autojunk=False).get_opcodes() if op in ("insert", "replace")]
 
