@@ -247,3 +247,20 @@ def test_fix_write_refusals_are_one_line_and_print_nothing_else(tmp_path, case):
     one_line_exit_2(run, expected)
     assert run.stdout == "" and len([line for line in run.stderr.splitlines() if line]) == 1, run.stderr
     assert path.read_bytes() == before
+
+
+def test_a_full_disk_is_one_line_before_any_output(gguf_and_request, monkeypatch):
+    # The disk fills while the GGUF's new bytes are staged: nothing printed, nothing renamed, no temp left.
+    from stopdoctor.actions import gguf_edit
+
+    model, request, before = gguf_and_request
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gguf_edit, "_copy", full)
+    run = cli("fix", str(model), "--serving", str(request), "--write")
+    one_line_exit_2(run, "No space left on device", "nothing was changed")
+    assert run.stdout == "" and len([line for line in run.stderr.splitlines() if line]) == 1, run.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in model.parent.iterdir()) == ["model.gguf", "request.json"]
