@@ -264,3 +264,23 @@ def test_a_full_disk_is_one_line_before_any_output(gguf_and_request, monkeypatch
     assert run.stdout == "" and len([line for line in run.stderr.splitlines() if line]) == 1, run.stderr
     assert {p: p.read_bytes() for p in before} == before
     assert sorted(p.name for p in model.parent.iterdir()) == ["model.gguf", "request.json"]
+
+
+def test_an_added_key_keeps_holes_and_data(tmp_path):
+    # Adding a key shifts the data section: its bytes (data and holes) are copied exactly.
+    from stopdoctor.actions.gguf_edit import data_section_digest, read_layout, set_int_key
+
+    size = 64 << 20
+    path = fixable_gguf(tmp_path / "model.gguf", data=size, sparse=True)
+    start = read_layout(path).data_start
+    with open(path, "r+b") as handle:
+        for offset in (0, 5 << 20, size - 4096):
+            handle.seek(start + offset)
+            handle.write(b"\7" * 4096)
+    if path.stat().st_blocks * 512 > 32 << 20:
+        pytest.skip("this file system does not keep holes")
+    digest = data_section_digest(path)
+    set_int_key(path, "tokenizer.ggml.eot_token_id", 4)
+    assert data_section_digest(path) == digest
+    assert read_layout(path).values["tokenizer.ggml.eot_token_id"][0] == UINT32
+    assert path.stat().st_blocks * 512 < 32 << 20

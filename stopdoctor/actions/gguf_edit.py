@@ -221,9 +221,9 @@ def _copy(source, target, start: int, end: int) -> None:
         if data > pos:
             target.seek(data - pos, os.SEEK_CUR)
             pos = data
-        source.seek(pos)
         while pos < hole:
-            chunk = source.read(min(COPY_CHUNK, hole - pos))
+            # pread: lseek(SEEK_DATA) moved the descriptor under the buffered reader's feet
+            chunk = os.pread(source.fileno(), min(COPY_CHUNK, hole - pos), pos)
             if not chunk:
                 raise InputError(f"{source.name}: the file ended early while copying")
             if chunk.count(0) == len(chunk):
