@@ -125,3 +125,13 @@ def test_json_nested_deep_is_refused_in_bounded_depth():
     with pytest.raises(Exception, match="lone surrogate"):
         parse_answer(b'{"text": "\\ud800"}', "server")
     assert parse_answer(b'{"text": "\\ud83d\\ude00"}', "server") == {"text": "\U0001f600"}
+
+
+def test_a_stream_line_that_trickles_meets_the_deadline():
+    # One byte every 0.2 s, each read well inside any read timeout: the whole stream is what is bounded.
+    from stopdoctor.facts.http_client import stream_events
+
+    with HostileServer("drip-body", drip=0.2) as server:
+        with pytest.raises(Exception, match="did not finish answering within 1.5 s"):
+            for _ in stream_events(server.url + "/v1/chat/completions", {"stream": True}, Limits(seconds=1.5)):
+                pass
