@@ -1,13 +1,17 @@
-"""Wall time of `stopdoctor inspect --json` against the obvious alternatives, in one run.
+"""Cold `stopdoctor inspect --json` against the obvious alternatives, in one run (benchmarks/coldrun.py:
+fresh processes, interleaved rounds, wall and CPU time).
 
-    python benchmarks/bench_inspect.py [--runs N] [--models DIR]
+    python benchmarks/bench_inspect.py [--runs N] [--models DIR] [--baseline TREE]
+                                       [--ggufdoctor-path DIR]
 
-Prints medians of N cold runs (separate processes, start-up included) for:
-  * `stopdoctor --help`                                   (goal <= 0.3 s)
-  * `stopdoctor inspect --json` on the SmolLM2 HF folder   (goal <= 1.0 s, >= 3x faster than ...)
+Contenders:
+  * `stopdoctor --help`                                   (start-up floor)
+  * `stopdoctor inspect --json` on the Gemma 3 270M GGUF  (goal <= 0.35 s, >= 4x faster than ggufdoctor)
+  * ggufdoctor 0.3.0 on the same file: found on PATH, or installed outside the repo with
+    `pip install --target DIR ggufdoctor==0.3.0` and given as --ggufdoctor-path DIR
+  * `stopdoctor inspect --json` on the SmolLM2 HF folder  (goal >= 15x the transformers path)
   * a transformers script doing the same reading (AutoTokenizer, GenerationConfig, apply_chat_template)
-  * `stopdoctor inspect --json` on the Gemma 3 270M GGUF   (goal <= 0.5 s, faster than ggufdoctor)
-  * `ggufdoctor` 0.3.0 on the same file, when installed (`pip install ggufdoctor==0.3.0`)
+  * with --baseline TREE: the two stopdoctor inspects again from that checkout (before/after)
 Models come from fixtures/realmodels.py (STOPDOCTOR_TEST_MODELS or ~/.cache/stopdoctor/test-models).
 """
 
@@ -16,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from coldrun import Contender, compile_tree, load_average, ratio, run_rounds, stopdoctor  # noqa: E402
 
 TRANSFORMERS_SCRIPT = """
 import sys
@@ -33,41 +37,46 @@ print(gen.eos_token_id, tok.eos_token_id, tok.pad_token_id, tok.convert_tokens_t
 """
 
 
-def median_seconds(command: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-        if done.returncode not in (0, 1):
-            raise SystemExit(f"{' '.join(command)} exited {done.returncode}")
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--models", type=Path, default=Path(os.environ.get("STOPDOCTOR_TEST_MODELS", Path.home() / ".cache/stopdoctor/test-models")))
+    parser.add_argument("--baseline", type=Path, help="another checkout whose stopdoctor runs in the same rounds")
+    parser.add_argument("--ggufdoctor-path", type=Path, help="a pip --target folder holding ggufdoctor 0.3.0")
+    parser.add_argument("--skip-hf", action="store_true", help="GGUF contenders only")
     args = parser.parse_args()
-    stopdoctor = [sys.executable, "-m", "stopdoctor"]
     hf = args.models / "smollm2-hf"
     gguf = args.models / "gemma-3-270m-q4_k_m.gguf"
-    rows = [("stopdoctor --help", median_seconds([*stopdoctor, "--help"], args.runs))]
-    if hf.is_dir():
-        ours = median_seconds([*stopdoctor, "inspect", "--json", str(hf)], args.runs)
-        theirs = median_seconds([sys.executable, "-c", TRANSFORMERS_SCRIPT, str(hf)], args.runs)
-        rows += [("stopdoctor inspect --json smollm2-hf", ours), ("transformers script, same folder", theirs)]
-        print(f"# SmolLM2 HF folder: stopdoctor is {theirs / ours:.1f}x faster than the transformers script")
+    trees = [("", None)] + ([(" [baseline]", args.baseline)] if args.baseline else [])
+    for _, tree in trees:
+        compile_tree(tree)
+    contenders = {"help": Contender("stopdoctor --help", *stopdoctor(None, "--help"))}
     if gguf.is_file():
-        ours = median_seconds([*stopdoctor, "inspect", "--json", str(gguf)], args.runs)
-        rows.append(("stopdoctor inspect --json gemma GGUF", ours))
-        ggufdoctor = shutil.which("ggufdoctor") or shutil.which("ggufdoctor", path=str(Path(sys.executable).parent))
-        if ggufdoctor:
-            theirs = median_seconds([ggufdoctor, "--fail-on", "never", str(gguf)], args.runs)
-            rows.append(("ggufdoctor 0.3.0, same file", theirs))
-            print(f"# Gemma GGUF: stopdoctor is {theirs / ours:.1f}x faster than ggufdoctor")
-    for name, seconds in rows:
-        print(f"{name:<40} {seconds * 1000:8.0f} ms (median of {args.runs})")
+        for label, tree in trees:
+            contenders["gguf" + label] = Contender("stopdoctor inspect --json gemma GGUF" + label,
+                                                   *stopdoctor(tree, "inspect", "--json", str(gguf)))
+        if args.ggufdoctor_path:
+            contenders["ggufdoctor"] = Contender("ggufdoctor 0.3.0, same file",
+                                                 [sys.executable, str(args.ggufdoctor_path / "bin" / "ggufdoctor"), "--fail-on", "never", str(gguf)],
+                                                 {"PYTHONPATH": str(args.ggufdoctor_path)})
+        elif shutil.which("ggufdoctor"):
+            contenders["ggufdoctor"] = Contender("ggufdoctor 0.3.0, same file", [shutil.which("ggufdoctor"), "--fail-on", "never", str(gguf)])
+    if hf.is_dir() and not args.skip_hf:
+        for label, tree in trees:
+            contenders["hf" + label] = Contender("stopdoctor inspect --json smollm2-hf" + label,
+                                                 *stopdoctor(tree, "inspect", "--json", str(hf)))
+        contenders["transformers"] = Contender("transformers script, same folder", [sys.executable, "-c", TRANSFORMERS_SCRIPT, str(hf)])
+    print(f"# load average before: {load_average()} ({os.cpu_count()} CPUs); {args.runs} rounds after a warm-up")
+    run_rounds(list(contenders.values()), args.runs)
+    print(f"# load average after: {load_average()}")
+    if "ggufdoctor" in contenders:
+        ratio("Gemma GGUF, ggufdoctor / stopdoctor", contenders["ggufdoctor"], contenders["gguf"], 4)
+    if "gguf [baseline]" in contenders:
+        ratio("Gemma GGUF, baseline / this checkout", contenders["gguf [baseline]"], contenders["gguf"])
+    if "transformers" in contenders:
+        ratio("SmolLM2 HF folder, transformers / stopdoctor", contenders["transformers"], contenders["hf"], 15)
+    if "hf [baseline]" in contenders:
+        ratio("SmolLM2 HF folder, baseline / this checkout", contenders["hf [baseline]"], contenders["hf"])
 
 
 if __name__ == "__main__":

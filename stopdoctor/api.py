@@ -26,14 +26,12 @@ from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
-from stopdoctor.rules.inputs import ComparisonInput, ExpectationInput, LabelsInput, LogsInput, ServingInput, WeightsInput
-from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
-from stopdoctor.rules.registry import Check
-from stopdoctor.rules.runner import REGISTRY, find, rules_for, run_rules
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
     from stopdoctor.analysis.weights import WeightsReport
+    from stopdoctor.rules.registry import Check
+    from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
 
 # Public names that live in modules only some commands need (labels, logs): imported when first
 # asked for, so `inspect` does not pay for them (PEP 562).
@@ -66,6 +64,8 @@ def _located(facts: ModelFacts | None, findings: Iterable[Finding]) -> list[Find
 
 def model_findings(analysis: Analysis) -> list[Finding]:
     """The model rules (SD1xx-SD3xx) on an analysed model, lines resolved."""
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(analysis))
 
 
@@ -75,6 +75,10 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
     also read the embedding/output rows that matter for stopping and run the weights rules;
     `against`: the original the model was converted or re-uploaded from (a spec), whose eos ids
     and sampling keys the model should still carry (SD107, SD108)."""
+    from stopdoctor.rules.inputs import ComparisonInput
+    from stopdoctor.rules.results import InspectResult
+    from stopdoctor.rules.runner import run_rules
+
     facts = load(spec, revision)
     original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders
@@ -90,6 +94,9 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
 
 def weights_findings(analysis: Analysis, weights: WeightsReport) -> list[Finding]:
     """The weights rules (SD8xx) on a model and the rows read from its weights."""
+    from stopdoctor.rules.inputs import WeightsInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(WeightsInput(analysis, weights)))
 
 
@@ -104,31 +111,45 @@ def with_weights(result: InspectResult) -> InspectResult:
 
 def serving_findings(analysis: Analysis, serving: ServingConfig) -> list[Finding]:
     """The serving rules (SD4xx) on a model and one serving configuration deployed with it."""
+    from stopdoctor.rules.inputs import ServingInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(ServingInput(analysis, serving)))
 
 
 def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[Finding]:
     """The expectation rules (SD5xx): the model against what the project's configuration asserts."""
+    from stopdoctor.rules.inputs import ExpectationInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
 
 
 def rules() -> list[Check]:
     """Every registered rule, by code (SD000 check-crashed included)."""
+    from stopdoctor.rules.runner import REGISTRY
+
     return [REGISTRY[code] for code in sorted(REGISTRY)]
 
 
 def find_rule(code_or_name: str) -> Check | None:
     """A rule by its code (SD101) or name (pad-is-eos), or None."""
+    from stopdoctor.rules.runner import find
+
     return find(code_or_name)
 
 
 def rule_codes(kinds: Iterable[type]) -> list[str]:
     """The codes of the rules that check these input kinds (`stopdoctor.rules.inputs`)."""
+    from stopdoctor.rules.runner import rules_for
+
     return sorted(rule.code for kind in kinds for rule in rules_for(kind))
 
 
 def inspect_report(result: InspectResult, fail_on: Severity = Severity.ERROR, command: str = "inspect") -> Report:
     """The one report of an inspected model, for any reporter."""
+    from stopdoctor.rules.inputs import ComparisonInput, WeightsInput
+
     kinds = [Analysis] + ([WeightsInput] if result.weights is not None else []) + (
         [ComparisonInput] if result.original is not None else [])
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes(kinds)),
@@ -145,6 +166,9 @@ def _model_files(source: ModelSource) -> dict[str, Path]:
 
 def logs_findings(report: Any) -> list[Finding]:
     """The logs rules (SD7xx) on a logs report."""
+    from stopdoctor.rules.inputs import LogsInput
+    from stopdoctor.rules.runner import run_rules
+
     return run_rules(LogsInput(report))
 
 
@@ -152,6 +176,7 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
                       settings: Any = None, on_progress: Callable[[float], None] | None = None,
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
+    from stopdoctor.rules.results import LogsResult
     from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
@@ -167,6 +192,8 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
 
 def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a logs run: the log files are the subject."""
+    from stopdoctor.rules.inputs import LogsInput
+
     files = {str(p): Path(p) for p in paths}
     subject = Subject(", ".join(str(p) for p in paths), list(result.findings), tuple(rule_codes([LogsInput])), files, result)
     return Report("logs", [subject], fail_on)
@@ -177,6 +204,9 @@ def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severi
 
 def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
     """The labels rules (SD6xx) on a model and the labels built from a dataset."""
+    from stopdoctor.rules.inputs import LabelsInput
+    from stopdoctor.rules.runner import run_rules
+
     return _located(analysis.facts, run_rules(LabelsInput(analysis, labels)))
 
 
@@ -189,6 +219,7 @@ def check_labels(spec: str, data: str, settings=None, limit: int | None = None, 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
                     progress=None) -> LabelsReport:
     """`check_labels` on a model already loaded."""
+    from stopdoctor.rules.results import LabelsReport
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
     from stopdoctor.actions.labels.result import LabelSettings
@@ -209,6 +240,8 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
 
 def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a labels run: the model and its dataset are the subject."""
+    from stopdoctor.rules.inputs import LabelsInput
+
     files = {**_model_files(result.source), Path(data).name: Path(data)}
     subject = Subject(result.source.spec, list(result.findings), tuple(rule_codes([LabelsInput])), files, result)
     return Report("labels", [subject], fail_on)
@@ -223,28 +256,41 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
     """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
-    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.local import LocalEngine, require_torch
     from stopdoctor.actions.stop_odds import StopOdds, build_contexts, data_rows, measure, reference_rows, verdict
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     if batch_size is not None and not 1 <= batch_size <= 1024:
         raise InputError("--batch-size must be between 1 and 1024")
+    require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
     result = inspect_model(spec, revision)
-    rows = data_rows(data, limit) if data is not None else reference_rows()[:limit]
+    bad: list[tuple[str, str]] = []
+    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
     contexts, skipped = build_contexts(result.facts, result.analysis, rows)
     if not contexts:
         why = skipped[0][1] if skipped else "no example"
-        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why})")
+        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
+    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
     say = progress or (lambda message: None)
     engine = LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say)
     odds, tokens, seconds = measure(engine, contexts, batch_size,
                                     lambda done, total: say(f"measured {done}/{total} examples…"))
     errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
-    targets = {i for c in contexts for i in c.targets}
+    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
+    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
+    judged = [o for o in odds if o.context.kind == judged_kind]
+    targets = {i for o in judged for i in o.context.targets}
     names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(odds, errors, names)
-    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data)
+    kind, reason = verdict(judged, errors, names)
+    return StopOdds(spec, engine.device, tuple(odds), tuple(skipped), tokens, seconds, kind, reason, data, judged_kind)
+
+
+def _line_of(skipped: tuple[str, str]) -> int:
+    """The line of a skipped row's "FILE:LINE" source."""
+    line = skipped[0].rpartition(":")[2]
+    return int(line) if line.isdigit() else 0
 
 
 # --- diff ------------------------------------------------------------------------------------
@@ -304,10 +350,15 @@ def training_template(path: Path) -> Any:
 
 def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, tools: list[dict] | None = None,
                    template: str | None = None, compare: str | None = None, add_generation_prompt: bool = True,
-                   continue_final_message: bool = False, revision: str | None = None) -> RenderResult:
+                   continue_final_message: bool = False, revision: str | None = None,
+                   thinking: str | None = None, typed: bool = False) -> RenderResult:
     """`stopdoctor render`: the prompt the runtime builds for each conversation (the sample one when
-    none is given), and with `compare` (a template file or a second model) the differences."""
-    from stopdoctor.actions.render import SAMPLE_CONVERSATION, compare_prompts, render_prompt, select_template
+    none is given), and with `compare` (a template file or a second model) the differences.
+    `thinking` ("on", "off", "both"): a reasoning template rendered as `generate --thinking` calls it
+    (both: each conversation twice, on then off). `typed`: the messages were typed on the command
+    line (-m), so a role no chat format has and the template never names is refused as a typo."""
+    from stopdoctor.actions.render import SAMPLE_CONVERSATION, check_typed_roles, compare_prompts, render_prompt, select_template
+    from stopdoctor.analysis.reasoning_run import thinking_calls
     from stopdoctor.core.errors import TemplateError
 
     notes = []
@@ -316,17 +367,26 @@ def render_prompts(spec: str, conversations: list[list[dict]] | None = None, *, 
         conversations = [list(SAMPLE_CONVERSATION)]
         notes.append("no messages given; rendering a sample conversation (system + user). "
                      "Use -m ROLE TEXT or --messages FILE.")
+    if thinking is not None and (template is not None or compare is not None):
+        raise InputError("--thinking switches the model's own template; it does not go with --template or --compare",
+                         hint="render each with --thinking on and off in two runs")
     facts = load(spec, revision)
     chosen = select_template(facts, template, tools)
+    if typed:
+        for conversation in conversations:
+            check_typed_roles(chosen, conversation)
+    # the switch the template reads (as generate finds it); None: the template's default, one render
+    calls = thinking_calls(analyze(facts).reasoning, thinking) if thinking is not None else [None]
     options = dict(tools=tools, add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message)
     try:
-        prompts = [render_prompt(facts, conversation, template=chosen, **options) for conversation in conversations]
+        prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)
+                   for conversation in conversations for call in calls]
     except TemplateError:
         if not sample:
             raise
         # the sample's system turn is what templates most often reject (Mistral, Gemma 1)
         notes.append("the template rejects a system turn; rendering the user message alone.")
-        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, **options)]
+        prompts = [render_prompt(facts, conversations[0][1:], template=chosen, thinking=call, **options) for call in calls]
     comparisons = None
     if compare is not None:
         other_path = Path(compare).expanduser()
@@ -424,6 +484,10 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
     if fragment:
         return GenerationPlan(context, [], None)
     chat = messages if messages is not None else (read_messages(messages_file) if messages_file else None)
+    if messages is not None:  # typed with -m: a role that is a typo is refused, as render refuses it
+        from stopdoctor.actions.render import check_typed_roles
+
+        check_typed_roles(context.facts.template, messages)
     from stopdoctor.analysis.reasoning_run import thinking_calls
 
     calls = thinking_calls(context.analysis.reasoning, thinking) if not raw else [None]
@@ -438,6 +502,13 @@ def plan_generation(spec: str, revision: str | None = None, *, messages: list[di
         # rendered now: if the run goes to the budget, these say whether the weights can end a turn
         reference = reference_contexts(context.facts, context.analysis)
     return GenerationPlan(context, prompts, stop_set, reference)
+
+
+def check_device(device: str) -> None:
+    """Refuse a `generate --device` that cannot be used, before the model or torch loads."""
+    from stopdoctor.actions.generate.local import check_device as refuse_unusable
+
+    refuse_unusable(device)
 
 
 def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
@@ -511,3 +582,39 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
 
     return run_fragment_test(plan.context, engine, max_new_tokens)
+
+
+# --- probe-server ----------------------------------------------------------------------------
+
+
+def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
+                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
+    """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
+    `api_key_env` names the variable holding the API key (never the key itself: it would land in
+    shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
+    unreachable server or a bad URL raises InputError (exit 2)."""
+    import os
+
+    from stopdoctor.actions.probe_server.battery import Settings
+    from stopdoctor.actions.probe_server.battery import probe_server as run_battery
+    from stopdoctor.actions.probe_server.http import Bounds
+
+    if settings is None and request_s is not None:
+        settings = Settings(Bounds(request_s=request_s))
+
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise InputError(f"--api-key-env {api_key_env}: the variable is not set or empty",
+                             hint=f"export {api_key_env}=... before running, or leave the option out")
+    return run_battery(url, model, api_key, settings or Settings(), only)
+
+
+def probe_server_report(result: Any) -> Report:
+    """The one report of a probe-server run: each failed probe an error finding, each warning a
+    warning, so the exit code is 1 exactly when a probe fails."""
+    severities = {"fail": Severity.ERROR, "warn": Severity.WARNING}
+    findings = [Finding(p.name, p.name, severities[p.status], p.summary, "", evidence={"figures": p.figures})
+                for p in result.probes if p.status in severities]
+    return Report("probe-server", [Subject(result.url, findings, tuple(p.name for p in result.probes), result=result)])

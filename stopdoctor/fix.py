@@ -16,7 +16,7 @@ Serving file (`--serving`):
   end-of-turn id becomes `auto`, so the model's own (fixed) generation_config.json is used.
 - Request body: `"ignore_eos": true` becomes `false`.
 
-Nothing here prints. Imports: errors, analysis (as data), runtimes, serving.
+Nothing here prints. Imports: core (errors, findings), analysis (as data), runtimes, serving.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
 from stopdoctor.runtimes.stops import tokenizer_eos
 
@@ -119,12 +120,23 @@ def set_top_level_literal(text: str, key: str, literal: str) -> str:
 def plan_fixes(analysis: Analysis, serving: ServingConfig | None = None) -> FixPlan:
     edits: list[FileEdit] = []
     notes: list[str] = []
+    fixes: list[str] = []
     model_edit = _model_edit(analysis, notes)
     if model_edit is not None:
         edits.append(model_edit)
+        fixes += ["SD101", "SD106"]  # the end-of-turn becomes a stop id, and so there is one (SD106)
     if serving is not None:
-        edits.extend(_serving_edits(analysis, serving, notes))
-    return FixPlan(tuple(edits), tuple(notes))
+        serving_edits = _serving_edits(analysis, serving, notes)
+        edits.extend(serving_edits)
+        if serving_edits:  # a request body's edit turns ignore_eos off; the others add the missing stop
+            fixes.append("SD405" if serving.kind == "request" else "SD401")
+    return FixPlan(tuple(edits), tuple(notes), tuple(dict.fromkeys(fixes)))
+
+
+def remaining_findings(findings: list[Finding], plan: FixPlan) -> list[Finding]:
+    """The findings the plan's edits leave in place: those with no mechanical fix (a template made
+    for another tokenizer, a serving flag only a person can choose), most severe first."""
+    return sorted((f for f in findings if f.code not in plan.fixes), key=lambda f: (-f.severity, f.code))
 
 
 def _missing_end_ids(analysis: Analysis) -> list[int]:

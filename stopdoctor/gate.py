@@ -16,7 +16,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.config import Settings, apply, selected, severity_of
 from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Subject
-from stopdoctor.core.types import KINDS, Expectation
+from stopdoctor.core.types import KINDS, Expectation, a_kind
 from stopdoctor.facts.serving import ServingConfig, load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult
@@ -89,7 +89,7 @@ def require_live() -> None:
     """--live needs torch: fail before the static run, not after it."""
     from stopdoctor.actions.generate.local import require_torch
 
-    require_torch()
+    require_torch("check --live")
 
 
 def live_probe(result: InspectResult) -> Any:
@@ -138,7 +138,7 @@ def live_findings(result: InspectResult, expectation: Expectation | None, verdic
         # the files are fine: the template and stop ids are not what to fix
         fix = ("the weights, not the files: the end-of-turn token was never trained; fine-tune with it in the "
                "labels (`stopdoctor labels`), or serve a checkpoint whose weights end turns (`stopdoctor stop-odds`)")
-    return [check.finding(f"live probe: expected a {target} model per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
+    return [check.finding(f"live probe: expected {a_kind(target)} per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
                           fix, location, expected=target, found=verdict.verdict, probe="fragment",
                           weights_never_stop=weights_never_stop(verdict))]
 

@@ -12,28 +12,27 @@ import pytest
 
 from . import fuzz
 
+# slow as well: out of the quick loop (`pytest -m "not slow"`), in the full suite
 pytestmark = pytest.mark.fuzz
 
 CI_CASES = int(os.environ.get("STOPDOCTOR_FUZZ_CASES", "160"))  # about 40-60 s on 2 cores
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="the runner forks a child per case")
 def test_random_hostile_inputs_never_crash_hang_or_blow_up(tmp_path):
-    started = time.monotonic()
     report = fuzz.fuzz(CI_CASES, seed=int(os.environ.get("STOPDOCTOR_FUZZ_SEED", "20261201")), jobs=2, keep=tmp_path)
     print(report.summary())
     assert len(report.outcomes) == CI_CASES
     assert not report.failures, report.summary()
     kinds = {o.case.kind for o in report.outcomes}
     assert kinds == {"json", "template", "gguf", "serving", "args", "labels", "logs"}, kinds
-    assert time.monotonic() - started < 240
 
 
 def test_the_runner_sees_exit_3_hangs_and_memory(tmp_path, monkeypatch):
     """The fuzz would pass vacuously if the runner missed failures: show it catches each kind."""
     import stopdoctor.api
 
-    monkeypatch.setattr(fuzz, "MAX_SECONDS", 3.0)
 
     def crash(*args, **kwargs):
         raise RuntimeError("boom")
@@ -51,6 +50,9 @@ def test_the_runner_sees_exit_3_hangs_and_memory(tmp_path, monkeypatch):
     outcomes = {}
     for case, behaviour in zip(cases, (crash, hang, hog)):
         monkeypatch.setattr(stopdoctor.api, "inspect_model", behaviour)
+        # a short limit only where the hang is the point: on a busy machine writing 700 MB can
+        # take seconds, and the hog must be caught by its memory, not by the clock
+        monkeypatch.setattr(fuzz, "MAX_SECONDS", 3.0 if behaviour is hang else 120.0)
         outcomes[case.note] = fuzz.run_cases([case], tmp_path, jobs=1).outcomes[0]
     assert outcomes["crash"].failed == "exit 3"
     assert outcomes["hang"].failed.startswith("ran past")
@@ -61,13 +63,13 @@ ROUND2_CASES = int(os.environ.get("STOPDOCTOR_FUZZ2_CASES", "64"))  # about 20-3
 
 
 @pytest.mark.fuzz
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="the runner forks a child per case")
 def test_round2_hostile_classes_never_crash_hang_blow_up_or_half_write(tmp_path):
     """Issue #17's classes at random (tests/fuzz_hostile.py): no exit 3, traceback, hang, run over the
     memory limit, or fix --write that changed one file of two."""
     from . import fuzz_hostile
 
-    started = time.monotonic()
     report = fuzz_hostile.fuzz_hostile(ROUND2_CASES, seed=int(os.environ.get("STOPDOCTOR_FUZZ_SEED", "20261217")),
                                        jobs=2, keep=tmp_path)
     print(report.summary())
@@ -75,4 +77,3 @@ def test_round2_hostile_classes_never_crash_hang_blow_up_or_half_write(tmp_path)
     assert not report.failures, report.summary()
     assert not report.partial_writes, report.partial_writes
     assert {o.case.kind for o in report.outcomes} == set(fuzz_hostile.KINDS)
-    assert time.monotonic() - started < 180

@@ -82,7 +82,11 @@ def test_missing_torch_says_how_to_install_it(real_models, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     result = _cli(str(real_models.smollm2_hf), "--prompt", "Hi")
     assert result.exit_code == 2
-    assert "stopdoctor[runtime]" in result.output
+    from stopdoctor.actions.generate.local import TORCH_CPU_INSTALL
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "stopdoctor generate runs" in result.output
+    assert TORCH_CPU_INSTALL in result.output and TORCH_CPU_INSTALL in readme  # the README's CPU-torch line
 
 
 @pytest.mark.needs_torch

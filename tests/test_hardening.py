@@ -285,16 +285,16 @@ def test_a_crashing_check_in_check_serving_is_sd000_exit_1(model, monkeypatch):
 
 
 def test_a_million_entry_eos_list_is_refused_at_once(model):
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     one_line_exit_2(cli("inspect", model(**{"generation_config.json": {"eos_token_id": list(range(1_000_000))}})),
                     "eos_token_id lists 1000000 ids")
-    assert time.monotonic() - started < 20
+    assert time.process_time() - started < 20
 
 
 def test_lipsum_is_refused_before_it_runs(model):
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     one_line_exit_2(cli("inspect", model(**{"chat_template.jinja": "{{ lipsum(2000000) }}" + CHATML})), "lipsum")
-    assert time.monotonic() - started < 15
+    assert time.process_time() - started < 15
 
 
 def test_one_deadline_for_all_of_inspects_renders(synth_root):
@@ -310,18 +310,18 @@ def test_one_deadline_for_all_of_inspects_renders(synth_root):
     # inspect took ~0.55 s on a fast machine, sometimes less than the deadline: no error to see)
     slow = "{% for i in range(100000) %}{% endfor %}" * 30 + template.source
     facts.templates[facts.templates.index(template)] = type(template)(template.name, slow, template.location)
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     with pytest.raises(TemplateError, match="took more than 0.5 s of CPU time in all"):
         with render_deadline(RenderLimits(max_total_seconds=0.5)):
             analyze(facts)
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10
 
 
 def test_probe_stop_with_a_long_stop_string(model):
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     run = cli("probe-stop", "ab " * 1300, "--model", model())
     assert run.code == 0, run.stderr
-    assert time.monotonic() - started < 30  # was quadratic: 16k characters took 103 s
+    assert time.process_time() - started < 30  # was quadratic: 16k characters took 103 s
     one_line_exit_2(cli("probe-stop", "ab " * 5400, "--model", model()), "16200 characters", "longer than the 4096")
 
 
@@ -329,11 +329,11 @@ def test_contains_run_is_linear():
     from stopdoctor.analysis.probe import contains_run
 
     hay = [1, 2] * 50_000
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     assert contains_run(hay, [1, 2] * 20_000)
     assert not contains_run(hay, [1, 2] * 20_000 + [3])
     assert contains_run([5, 1, 1, 2], [1, 2]) and not contains_run([1, 3, 2], [1, 2]) and contains_run([], [])
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
@@ -385,10 +385,10 @@ def test_template_values_are_capped_before_they_are_built(template, expected):
     from stopdoctor.template.render import render_chat
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     with pytest.raises(TemplateLimitError, match=expected):
         render_chat(template, [{"role": "user", "content": "hi"}])
-    assert time.monotonic() - started < 15  # ~0.01-1 s; generous for a loaded runner
+    assert time.process_time() - started < 15  # ~0.01-1 s; generous for a loaded runner
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mb < 100, grown_mb
 
@@ -421,9 +421,9 @@ def test_a_16_mb_config_of_empty_arrays_is_refused_before_parsing(model):
 
 def test_recursive_yaml_alias(model, tmp_path):
     config = write(tmp_path, "vllm.yaml", "a: &a [1, *a]\nmodel: *a\n")
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     one_line_exit_2(cli("check", model(), "--serving", config), "vllm.yaml", "recursive")
-    assert time.monotonic() - started < 20
+    assert time.process_time() - started < 20
 
 
 def test_yaml_integer_of_5000_digits_and_a_non_string_template(model, tmp_path):
@@ -443,11 +443,11 @@ def test_names_too_long_for_the_file_system(model, tmp_path):
 def test_render_of_a_prompt_with_a_million_tokens(model):
     """A template may write up to 2M characters; rendering and encoding that stays bounded."""
     folder = model(**{"chat_template.jinja": "{{ 'x' * 1000000 }}" + CHATML})
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     run = cli("render", folder, "-m", "user", "hi", "--ids")
     assert run.code == 0, run.stderr
     assert "more tokens (--json lists every one)" in run.stdout
-    assert time.monotonic() - started < 60
+    assert time.process_time() - started < 60
 
 
 def test_prompt_tokens_behave_as_a_list(model):
@@ -483,11 +483,11 @@ def test_a_corpus_of_one_repeated_stop_lists_bounded_matches(model, tmp_path):
     from stopdoctor.analysis.probe import MAX_FALSE_POSITIVES
 
     corpus = write(tmp_path, "answers.txt", "User: " * 1_000_000)
-    started = time.monotonic()
+    started = time.process_time()  # CPU work of this process: a busy machine does not slow it
     run = cli("probe-stop", "User:", "--model", model(), "--corpus", corpus, "--json")
     assert run.code == 0, run.stderr
     assert len(run.json()["stops"][0]["false_positives"]) == MAX_FALSE_POSITIVES
-    assert time.monotonic() - started < 60
+    assert time.process_time() - started < 60
     big = write(tmp_path, "big.txt", "x" * 17_000_000)
     one_line_exit_2(cli("probe-stop", "User:", "--model", model(), "--corpus", big), "big.txt", "larger than the 16 MB")
 

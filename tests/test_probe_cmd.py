@@ -98,10 +98,12 @@ def test_smollm2_user_after_space_is_missed_by_an_id_match(real_models) -> None:
     assert after_space["aligned"] is False and after_space["id_match_fires"] is False
     assert after_space["ids"] != bare["standalone_ids"]
     assert bare["id_match_misses"] >= 1 and len(bare["variants"]) >= 2
-    assert any("Anchor" in r for r in bare["recommendations"])
     anchored = stop_of(document, "\nUser:")
     assert anchored["id_match_misses"] == 0
     assert anchored["false_positives"]  # transcripts in the sample answers start lines with "User:"
+    # so the anchored form is no remedy: never recommended while it still cuts sample answers (#27)
+    assert not any(r.startswith("Anchor") for r in bare["recommendations"])
+    assert any("'\\nUser:' still fires" in r for r in bare["recommendations"])
     assert run("\\nUser:", "--model", model).exit_code == 0  # findings alone do not fail
     assert run("\\nUser:", "--model", model, "--fail-on-miss").exit_code == 1
     # a sample answer quotes ChatML, but the stop is the model's own special token, matched on its

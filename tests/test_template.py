@@ -479,11 +479,11 @@ HOSTILE = {
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_template_is_refused_fast_and_small(name):
     tracemalloc.start()
-    start = time.monotonic()
+    start = time.process_time()  # work, not a busy machine's seconds
     try:
         with pytest.raises(TemplateError) as info:
             render_chat(HOSTILE[name], [USER1])
-        elapsed = time.monotonic() - start
+        elapsed = time.process_time() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -501,10 +501,10 @@ def test_hostile_template_is_refused_fast_and_small(name):
     ],
 )
 def test_endless_loops_stop_at_the_time_limit(source):
-    start = time.monotonic()
+    start = time.process_time()  # the render's own CPU time is the limit: measure work, not seconds
     with pytest.raises(TemplateError, match="ran longer than 0.5 s"):
         render_chat(source, [USER1], limits=RenderLimits(max_seconds=0.5))
-    assert time.monotonic() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_output_limit_is_exact():
@@ -516,10 +516,10 @@ def test_output_limit_is_exact():
 
 def test_hostile_template_in_end_of_turn_detection_is_refused():
     source = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-    start = time.monotonic()
+    start = time.process_time()
     with pytest.raises(TemplateError, match="ran longer than 0.5 s"):
         find_end_of_turn(source, limits=RenderLimits(max_seconds=0.5))
-    assert time.monotonic() - start < 2.0  # stops at the first conversation, not one per shape
+    assert time.process_time() - start < 2.0  # stops at the first conversation, not one per shape
     with pytest.raises(TemplateError, match="ran longer"):
         find_turn_headers(source, limits=RenderLimits(max_seconds=0.2))
 

@@ -229,7 +229,8 @@ def test_next_header_template_needs_the_headers_as_stops(tmp_path):
     assert result.analysis.turns.style == "next-header"
     user, observation = next_id, next_id + 3
     assert result.analysis.required_stop_ids() == [user, observation]
-    assert cli("fix", "--write", str(folder)).code == 0
+    fixed = cli("fix", "--write", str(folder))
+    assert fixed.code in (0, 1) and fixed.code == cli("check", str(folder)).code  # fix exits as check does after it
     written = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
     assert user in written and observation in written and next_id + 1 not in written
 

@@ -40,6 +40,10 @@ class Difference:
     where_b: str | None
     stop_relevant: bool
     detail: str = ""  # a rendered diff, for the template
+    # worse: B stops where it should no more (a runtime lost the end of turn, the end of turn is no
+    # longer one token); better: the reverse; "" otherwise. `why` says it in words.
+    effect: str = ""
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class ModelDiff:
     @property
     def stop_relevant(self) -> list[Difference]:
         return [d for d in self.differences if d.stop_relevant]
+
+    @property
+    def worse(self) -> list[Difference]:
+        return [d for d in self.differences if d.effect == "worse"]
 
     def exit_code(self) -> int:
         return 1 if self.stop_relevant else 0
@@ -69,7 +77,9 @@ def diff_analyses(a: Analysis, b: Analysis) -> ModelDiff:
             continue
         texts_a, texts_b = _named(a, stops.ids), _named(b, other.ids)
         if texts_a != texts_b:
-            found.append(Difference("stop_ids", stops.runtime, texts_a, texts_b, _where(stops.stops), _where(other.stops), True))
+            effect, why = _stop_effect(a, b, stops.runtime, stops.ids, other.ids)
+            found.append(Difference("stop_ids", stops.runtime, texts_a, texts_b, _where(stops.stops), _where(other.stops),
+                                    True, effect=effect, why=why))
     found += _declared(a, b)
     specials_a, specials_b = set(a.facts.vocab.special_tokens), set(b.facts.vocab.special_tokens)
     if specials_a != specials_b and specials_a and specials_b:
@@ -78,8 +88,19 @@ def diff_analyses(a: Analysis, b: Analysis) -> ModelDiff:
         found.append(Difference("special_tokens", "special tokens", gone[:20], added[:20], None, None,
                                 bool(ends & (specials_a ^ specials_b))))
     found += sampling_differences(a, b)
-    found += _tokenization(a, b, ends_a or ends_b)
+    found += _tokenization(a, b, ends_a or ends_b, set(ends_a) & set(ends_b))
     return ModelDiff(a.facts.source.spec, b.facts.source.spec, tuple(found))
+
+
+def _stop_effect(a: Analysis, b: Analysis, runtime: str, ids_a: list[int], ids_b: list[int]) -> tuple[str, str]:
+    """Whether `runtime` stops on each model's own end of turn in A and in B."""
+    ends = ", ".join(m.text for m in b.end_of_turn) or "?"
+    missed_a, missed_b = a.misses_end_of_turn(ids_a), b.misses_end_of_turn(ids_b)
+    if missed_b and not missed_a:
+        return "worse", f"no longer stops on the end of turn {ends}"
+    if missed_a and not missed_b:
+        return "better", f"now stops on the end of turn {ends}"
+    return "", ""
 
 
 def _named(analysis: Analysis, ids: list[int]) -> list[str]:
@@ -163,7 +184,8 @@ def _same_number(a: object, b: object) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) if numbers else a == b  # type: ignore[arg-type]
 
 
-def _tokenization(a: Analysis, b: Analysis, ends: list[str]) -> list[Difference]:
+def _tokenization(a: Analysis, b: Analysis, ends: list[str], shared_ends: set[str]) -> list[Difference]:
+    """`shared_ends`: the end-of-turn texts both templates write (only their tokens can get worse)."""
     try:
         tok_a, tok_b = a.facts.vocab.tokenizer(), b.facts.vocab.tokenizer()
     except StopdoctorError:
@@ -173,5 +195,11 @@ def _tokenization(a: Analysis, b: Analysis, ends: list[str]) -> list[Difference]
         ids_a = tok_a.encode(probe, add_special_tokens=False).ids
         ids_b = tok_b.encode(probe, add_special_tokens=False).ids
         if ids_a != ids_b:
-            out.append(Difference("tokenization", repr(probe), ids_a[:32], ids_b[:32], "tokenizer", "tokenizer", probe in ends))
+            effect, why = "", ""
+            if probe in shared_ends and len(ids_a) == 1 != len(ids_b):  # a stop id match needs the one token
+                effect, why = "worse", f"the end of turn {probe} is no longer one token ({len(ids_b)} tokens)"
+            elif probe in shared_ends and len(ids_b) == 1 != len(ids_a):
+                effect, why = "better", f"the end of turn {probe} is now one token"
+            out.append(Difference("tokenization", repr(probe), ids_a[:32], ids_b[:32], "tokenizer", "tokenizer",
+                                  probe in ends, effect=effect, why=why))
     return out

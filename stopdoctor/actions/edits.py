@@ -41,6 +41,7 @@ class FileEdit:
 class FixPlan:
     edits: tuple[FileEdit, ...]
     notes: tuple[str, ...]  # defects found that have no safe mechanical fix
+    fixes: tuple[str, ...] = ()  # the finding codes the edits remove (SD101, SD401, SD405)
 
     def diff(self) -> str:
         return "".join(edit.diff() for edit in self.edits)

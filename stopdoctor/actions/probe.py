@@ -104,7 +104,6 @@ def probe_model(
     from stopdoctor.analysis.probe import SAMPLE_ANSWERS, contains_run, probe_stop
     from stopdoctor.analysis.thought_probe import probe_thoughts
 
-    tokenizer = facts.vocab.tokenizer()
     notes: list[str] = []
     turn_endings: list[str] = []
     user_header: str | None = None
@@ -150,6 +149,9 @@ def probe_model(
             raise InputError(f"a stop string of {len(stop)} characters is longer than the {MAX_STOP_CHARS} stopdoctor probes",
                              hint="stop strings are short markers such as '\\nUser:'")
 
+    # built only now: a GGUF's tokenizer takes seconds to convert, and every refusal above is
+    # decided from the header and the template alone
+    tokenizer = facts.vocab.tokenizer()
     thoughts = probe_thoughts(reasoning, candidates) if reasoning is not None else []
     probes = probe_stop(tokenizer, candidates, corpus=[*SAMPLE_ANSWERS, *corpus],
                         turn_endings=turn_endings, user_header=user_header)

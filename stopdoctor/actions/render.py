@@ -103,6 +103,40 @@ def special_token_map(facts: ModelFacts) -> dict[str, str]:
     return facts.special_token_texts()
 
 
+# The roles chat formats define: OpenAI's (system, developer, user, assistant, tool, function),
+# Llama 3.1's ipython, GLM's observation, Gemma's model, and tool_response/tool_call.
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function", "ipython", "observation",
+                         "model", "tool_response", "tool_call"})
+
+
+def check_typed_roles(template: ChatTemplate | None, messages: Sequence[dict]) -> None:
+    """Refuse a role typed on the command line (`-m usr …`) that no chat format defines and the
+    template never names: many templates write any role as it is (`<|im_start|>usr`), so a typo
+    would render without a word. A file's roles are the user's data and are left alone."""
+    import re
+
+    named = set(re.findall(r"['\"]([A-Za-z_][\w-]{0,40})['\"]", template.source)) if template is not None else set()
+    for message in messages:
+        role = message.get("role")
+        if not isinstance(role, str) or role in KNOWN_ROLES or role in named:
+            continue
+        known = sorted(KNOWN_ROLES | message_roles(template))
+        close = difflib.get_close_matches(role, known, n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"-m {role}: no chat format has the role {role!r} and the template never names it{guess}",
+                         hint="roles: system, user, assistant, tool (and any role the template names); "
+                              "a --messages file's roles are taken as they are")
+
+
+def message_roles(template: ChatTemplate | None) -> set[str]:
+    """Roles a template compares against by name (`message.role == 'x'`, `role == "x"`)."""
+    import re
+
+    if template is None:
+        return set()
+    return set(re.findall(r"role['\"\]]*\s*(?:==|!=)\s*['\"]([A-Za-z_][\w-]{0,40})['\"]", template.source))
+
+
 def select_template(facts: ModelFacts, template: str | None = None, tools: list[dict] | None = None) -> ChatTemplate:
     """The template transformers' `get_chat_template` would pick: a named one, the `tool_use`
     template when tools are given, else the default. `template` may also be a file (a .jinja
@@ -189,6 +223,8 @@ class RenderedPrompt:
     special_spans: list[SpecialSpan]
     bos: BosReport
     notes: list[str] = field(default_factory=list)
+    thinking: str = "default"  # --thinking: the mode rendered ("on", "off"), or the template's default
+    thinking_call: str = ""  # how that mode is asked of the template (enable_thinking=false, /no_think…)
 
 
 def _quote_line(source: str, line: int | None) -> str | None:
@@ -212,13 +248,14 @@ def with_template_line(error: TemplateError, template: ChatTemplate) -> Template
 
 
 def _render_text(template: ChatTemplate, messages: list[dict], special_tokens: dict[str, str], *,
-                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None) -> str:
+                 add_generation_prompt: bool, continue_final_message: bool, tools: list[dict] | None,
+                 extra: dict | None = None) -> str:
     from stopdoctor.template.render import render_chat
 
     try:
         return render_chat(template.source, messages, add_generation_prompt=add_generation_prompt,
                            continue_final_message=continue_final_message, tools=tools,
-                           special_tokens=special_tokens)
+                           special_tokens=special_tokens, extra=extra)
     except TemplateError as error:
         raise with_template_line(error, template) from error
 
@@ -327,14 +364,21 @@ def render_prompt(
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
     tokenize: bool = True,
+    thinking: Any = None,
 ) -> RenderedPrompt:
-    """Render `messages` with the model's template (or `template`), and encode the text."""
+    """Render `messages` with the model's template (or `template`), and encode the text.
+    `thinking`: a `stopdoctor.analysis.reasoning_run.ThinkingCall`, the template's thinking switch
+    (extra variables, or a flag in the system message), applied as `generate --thinking` applies it."""
     chosen = template or select_template(facts, None, tools)
     specials = special_token_map(facts)
     if continue_final_message:
         add_generation_prompt = False  # transformers refuses both; continuing wins
+    extra = None
+    if thinking is not None:
+        messages = thinking.messages(messages)
+        extra = dict(thinking.variant.extra) or None
     text = _render_text(chosen, messages, specials, add_generation_prompt=add_generation_prompt,
-                        continue_final_message=continue_final_message, tools=tools)
+                        continue_final_message=continue_final_message, tools=tools, extra=extra)
     notes: list[str] = []
     ids: list[int] | None = None
     tokens: Sequence[PromptToken] = []
@@ -357,6 +401,8 @@ def render_prompt(
         special_spans=spans,
         bos=_bos_report(facts, text, specials),
         notes=notes,
+        thinking=thinking.mode if thinking is not None else "default",
+        thinking_call=thinking.describe if thinking is not None else "",
     )
 
 

@@ -86,10 +86,27 @@ class StopOdds:
     verdict: str  # "stops" | "configuration" | "weak" | "weights"
     reason: str
     data: str | None = None
+    # The rows the verdict is over: "chat" (the end of an assistant turn, against the end-of-turn)
+    # whenever there is one, else "text" (the end of plain text, against the eos). The two ask
+    # different questions, so they are never pooled into one median.
+    verdict_kind: str = "chat"
+
+    @property
+    def judged(self) -> list[ExampleOdds]:
+        return [e for e in self.examples if e.context.kind == self.verdict_kind]
+
+    @property
+    def apart(self) -> list[ExampleOdds]:
+        """Rows measured but outside the verdict (plain text beside chat rows)."""
+        return [e for e in self.examples if e.context.kind != self.verdict_kind]
 
     @property
     def median_p_end_of_turn(self) -> float:
-        return statistics.median(e.p_end_of_turn for e in self.examples) if self.examples else 0.0
+        return statistics.median(e.p_end_of_turn for e in self.judged) if self.judged else 0.0
+
+    @property
+    def median_apart(self) -> float | None:
+        return statistics.median(e.p_end_of_turn for e in self.apart) if self.apart else None
 
     @property
     def tokens_per_second(self) -> float:
@@ -104,11 +121,20 @@ def reference_rows() -> list[tuple[str, dict]]:
             for q, a in REFERENCE]
 
 
-def data_rows(path: str, limit: int | None) -> list[tuple[str, dict]]:
+def data_rows(path: str, limit: int | None, bad: list[tuple[str, str]] | None = None) -> list[tuple[str, dict]]:
+    """(FILE:LINE, row) of each example; given `bad`, a malformed line is skipped and listed there
+    as (FILE:LINE, why), as `labels` and `logs` skip it, instead of ending the command."""
+    import re
+
     from stopdoctor.facts.datasets import iter_examples
 
     name = str(path)
-    return [(f"{name}:{example.line}", example.row) for example in iter_examples(path, limit)]
+    reasons: list[str] | None = [] if bad is not None else None
+    rows = [(f"{name}:{example.line}", example.row) for example in iter_examples(path, limit, reasons)]
+    for why in reasons or ():
+        line = re.match(r"line (\d+)", why)
+        bad.append((f"{name}:{line.group(1)}" if line else name, why))  # type: ignore[union-attr]
+    return rows
 
 
 def build_contexts(facts: ModelFacts, analysis: Analysis, rows: Iterable[tuple[str, dict]]) -> tuple[list[Context], list[tuple[str, str]]]:

@@ -199,8 +199,9 @@ def _recommend(
         )
     if special_id is None and (misses or false_positives):
         # A stop string is suggested only when it measures better than `stop` on the same
-        # contexts and the same answers: no more misses, no more false hits, and fewer of one.
-        def measured_better(candidate: str) -> tuple[int, int] | None:
+        # contexts and the same answers (no more misses, no more false hits, and fewer of one)
+        # and cuts none of the sample answers: a replacement that still cuts good answers is no fix.
+        def measured(candidate: str) -> tuple[int, int] | None:
             candidate_misses = misses_of(candidate)
             candidate_hits = len(find_false_positives(candidate, corpus))
             if candidate_misses <= misses and candidate_hits <= len(false_positives) and \
@@ -208,18 +209,30 @@ def _recommend(
                 return candidate_misses, candidate_hits
             return None
 
+        still_cut: list[str] = []
         # Anchoring to a line start keeps role labels quoted mid-line from matching, and a single
         # leading newline tokenizes the same after text that ends in one (two newlines merge).
         anchored = "\n" + stop.lstrip("\n")
-        if anchored.strip() and anchored != stop and (better := measured_better(anchored)):
+        if anchored.strip() and anchored != stop and (better := measured(anchored)):
+            if better[1]:
+                still_cut.append(f"anchored to a line start, {anchored!r} still fires {better[1]} time(s)")
+            else:
+                recs.append(
+                    f"Anchor it to a line start: {anchored!r} (id match misses in {better[0]} of "
+                    f"{n_contexts} contexts; no hit in the sample answers)."
+                )
+        if user_header and user_header != stop and (better := measured(user_header)):
+            if better[1]:
+                still_cut.append(f"the template's user header {user_header!r} still fires {better[1]} time(s)")
+            else:
+                recs.append(
+                    f"If the model is writing the next user turn, stop on the template's user header {user_header!r} "
+                    f"(id match misses in {better[0]} of {n_contexts} contexts; no hit in the sample answers)."
+                )
+        if still_cut:
             recs.append(
-                f"Anchor it to a line start: {anchored!r} (id match misses in {better[0]} of "
-                f"{n_contexts} contexts; {better[1]} hit(s) in the sample answers)."
-            )
-        if user_header and user_header != stop and (better := measured_better(user_header)):
-            recs.append(
-                f"If the model is writing the next user turn, stop on the template's user header {user_header!r} "
-                f"(id match misses in {better[0]} of {n_contexts} contexts; {better[1]} hit(s) in the sample answers)."
+                f"No stop string tried here is safe: {'; '.join(still_cut)} in the sample answers. Stop on the "
+                "model's end-of-turn token id instead (`stopdoctor inspect MODEL` names it)."
             )
     return recs
 

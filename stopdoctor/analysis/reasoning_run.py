@@ -37,6 +37,16 @@ class ThinkingCall:
     variant: Variant
     describe: str
 
+    def messages(self, messages: list[dict]) -> list[dict]:
+        """The messages as this call sends them: a `/no_think`-style flag ends the system message
+        (one is added when there is none); a switch by template variable leaves them as they are."""
+        flag = self.variant.system_flag
+        if flag is None:
+            return messages
+        if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+            return [{**messages[0], "content": f"{messages[0]['content']} {flag}".strip()}, *messages[1:]]
+        return [{"role": "system", "content": flag}, *messages]
+
 
 def thinking_calls(reasoning: ReasoningStructure, thinking: str | None) -> list[ThinkingCall]:
     """The template calls for `--thinking` (None: the template's default, one run). Raises

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from stopdoctor.cli import check, diff, fix, generate, inspect, labels, logs, probe, render, stop_odds  # noqa: F401  registers commands
+from stopdoctor.cli import check, diff, fix, generate, inspect, labels, logs, probe, probe_server, render, stop_odds  # noqa: F401  registers commands
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import EXIT_CANNOT_RUN
 

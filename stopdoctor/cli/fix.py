@@ -1,7 +1,9 @@
 """`stopdoctor fix`: show (and with --write, apply) the safe mechanical fixes as a unified diff.
 
-Exit codes: 0 nothing to fix, or the fix was written; 1 a diff was shown but not written (so CI
-can detect "fix needed"); 2 bad input.
+Exit codes, as `check` would exit once the shown fixes are in: 0 nothing left that fails the gate
+(nothing to fix, or the fix was written); 1 a diff was shown but not written (so CI can detect "fix
+needed"), or a finding at/above fail-on remains that has no mechanical fix (a template made for
+another tokenizer): `fix` never says "nothing to fix" on a model `check` fails; 2 bad input.
 """
 
 from __future__ import annotations
@@ -29,48 +31,90 @@ def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write
         from stopdoctor.core.errors import InputError
 
         raise InputError("--backup goes with --write", hint="stopdoctor fix MODEL --write --backup")
-    code, plan, written = _fix(model, serving, kind, write, revision, quiet=json, backup=backup)
+    code, plan, written, remaining = _fix(model, serving, kind, write, revision, quiet=json, backup=backup)
     if json:
         from stopdoctor.reporters.fix_json import render_fix_json
 
-        emit(render_fix_json(model, plan, written, code))
+        emit(render_fix_json(model, plan, written, code, remaining))
     return code
 
 
 def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool,
          backup: bool = False):
-    """(exit code, plan, written). `quiet`: the diff goes into the JSON document, not on stdout."""
-    from stopdoctor.api import inspect_model, read_serving
-    from stopdoctor.core.errors import InputError
+    """(exit code, plan, written, remaining). `quiet`: the diff goes into the JSON document, not on stdout."""
+    from stopdoctor.api import inspect_model, read_serving, serving_findings
+    from stopdoctor.config import apply, load_settings
     from stopdoctor.fix import plan_fixes
 
-    config = read_serving(serving, kind) if serving is not None else None
-    result = inspect_model(model, revision)
+    settings = load_settings()  # check's select/ignore/severities and fail-on: the same verdict as check
+
+    def judged():
+        config = read_serving(serving, kind) if serving is not None else None
+        result = inspect_model(model, revision)
+        findings = list(result.findings) + (serving_findings(result.analysis, config) if config is not None else [])
+        return config, result, [f for f in apply(settings, findings) if f.severity >= settings.fail_on]
+
+    config, result, failing = judged()
     plan = plan_fixes(result.analysis, config)
-    for note in plan.notes:
-        say(f"no safe fix: {note}")
-    if not plan.edits:
-        say("nothing to fix")
-        return 0, plan, False
-    staged = None
-    if write:
-        if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
-            raise InputError("refusing to write into the hub cache; download the model to a folder and fix that")
-        try:  # every refusal (a link, a backup in the way, a full disk, a GGUF not to edit) before any output
-            staged = plan.stage(backup=backup)
-        except InputError as error:  # one line: what was refused, and what to do
-            raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
+    staged = _staged(plan, result, backup) if write and plan.edits else None
     try:
-        if not quiet:
-            emit(plan.diff())
-        for edit in plan.edits:
-            say(f"{edit.label}: {edit.reason}")
-        if staged is None:
-            say("run again with --write to apply")
-            return 1, plan, False
-        staged.commit()
+        return _report(plan, staged, judged, failing, settings, quiet)
     finally:
         if staged is not None:
             staged.discard()
-    say(f"wrote {len(plan.edits)} file(s)")
-    return 0, plan, True
+
+
+def _staged(plan, result, backup: bool):
+    """Every new file written beside its target, before anything is printed: each refusal (a link, a
+    FILE.bak in the way, a full disk, a GGUF the editor will not rewrite) is one line, nothing changed."""
+    from stopdoctor.core.errors import InputError
+
+    if result.source.kind == "hub" and any(e.label.endswith(".json") and e.path.is_relative_to(result.source.root) for e in plan.edits):
+        raise InputError("refusing to write into the hub cache; download the model to a folder and fix that")
+    try:
+        return plan.stage(backup=backup)
+    except InputError as error:  # one line: what was refused, and what to do
+        raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
+
+
+def _report(plan, staged, judged, failing, settings, quiet: bool):
+    """Say what remains, show the diff, and with `staged` rename the staged files into place."""
+    from stopdoctor.fix import remaining_findings
+
+    remaining = remaining_findings(failing, plan)
+    told = {f.code for f in remaining}
+    for note in plan.notes:
+        if note.split(" ", 1)[0] not in told:  # a serving note "SD401 name: fix" is said once, below
+            say(f"no safe fix: {note}")
+    for finding in remaining:
+        where = f" ({finding.location})" if finding.location else ""
+        say(f"remains, no mechanical fix: {finding.severity.label} {finding.code} {finding.name}{where}: {finding.message}")
+        say(f"  by hand: {finding.fix}")
+    blocking = 1 if remaining else 0
+    if not plan.edits:
+        if remaining:
+            say(f"nothing stopdoctor can change safely; {_count(remaining)} that `check` fails on (fail-on "
+                f"{settings.fail_on.label}) remain{'s' if len(remaining) == 1 else ''}: fix {'it' if len(remaining) == 1 else 'them'} by hand")
+        else:
+            say("nothing to fix")
+        return blocking, plan, False, remaining
+    if not quiet:
+        emit(plan.diff())
+    for edit in plan.edits:
+        say(f"{edit.label}: {edit.reason}")
+    if staged is None:
+        say("run again with --write to apply")
+        return 1, plan, False, remaining
+    staged.commit()
+    shown = {(f.code, f.message) for f in remaining}
+    remaining = judged()[2]  # what check now says of the written files, not what the plan expected
+    for finding in remaining:
+        if (finding.code, finding.message) not in shown:
+            say(f"remains after the fix: {finding.severity.label} {finding.code} {finding.name}: {finding.message}")
+    blocking = 1 if remaining else 0
+    say(f"wrote {len(plan.edits)} file(s)" + (f"; {_count(remaining)} with no mechanical fix remain (above)" if remaining else ""))
+    return blocking, plan, True, remaining
+
+
+def _count(findings) -> str:
+    return f"{len(findings)} finding{'' if len(findings) == 1 else 's'}"

@@ -110,6 +110,8 @@ def generate(
     if thinking is not None and raw:
         raise InputError("--thinking switches the chat template; --raw sends no template")
 
+    if server is None:
+        api.check_device(device)
     chat = [{"role": r, "content": t} for r, t in message_pairs(message)] if message else None
     plan = api.plan_generation(model, revision, messages=chat, messages_file=messages, prompt=prompt, raw=raw,
                                thinking=thinking, stops=stops, stop_ids=stop_id or [], stop_strings=stop or [],

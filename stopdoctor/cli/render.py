@@ -32,6 +32,7 @@ def render(
     template: TemplateOpt = None,
     compare: CompareOpt = None,
     ids: Annotated[bool, typer.Option("--ids", help="Add the token table (index, id, token, special).")] = False,
+    thinking: Annotated[str | None, typer.Option("--thinking", metavar="on|off|both", help="A reasoning model: render with thinking on, off, or both (as generate --thinking); default: the template's default.")] = None,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
@@ -53,7 +54,8 @@ def render(
     with working(f"reading {model} and rendering…"):
         result = render_prompts(model, conversations, tools=tools, template=template, compare=compare,
                                 add_generation_prompt=not no_generation_prompt,
-                                continue_final_message=continue_final_message, revision=revision)
+                                continue_final_message=continue_final_message, revision=revision, thinking=thinking,
+                                typed=bool(message))
     for note in result.notes:
         say(f"stopdoctor: {note}")
     rendered, comparisons = result.prompts, result.comparisons

@@ -65,6 +65,11 @@ class ModelSource:
 KINDS = ("base", "instruct")  # what a model can be judged (Expectation.kind)
 
 
+def a_kind(kind: str) -> str:
+    """The kind with its article, as a sentence writes it: "an instruct model", "a base model"."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} model"
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What a project asserts about one model; `declared_in` is where a failure should point

@@ -45,6 +45,14 @@ _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once,
 _SEPARATOR = "\x00" * 8  # see _decode_strings
 
 
+_KEY_PRIME = 0x9E3779B97F4A7C15  # spreads the length over the key's bits (a filter: matches are checked whole)
+
+
+def _string_key(raw: bytes) -> int:
+    """A string's length mixed with its first eight bytes, as `LazyStrings._keys` computes it."""
+    return ((len(raw) * _KEY_PRIME) ^ int.from_bytes(raw[:8], "little")) & 0xFFFFFFFFFFFFFFFF
+
+
 class LazyStrings(Sequence[str]):
     """A GGUF string array (a vocabulary, a merge table) decoded on first access.
 
@@ -58,6 +66,7 @@ class LazyStrings(Sequence[str]):
         self._end = end
         self._key = key
         self._items: list[str] | None = None
+        self._keys_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def to_list(self) -> list[str]:
         if self._items is None:
@@ -79,28 +88,57 @@ class LazyStrings(Sequence[str]):
         return iter(self.to_list())
 
     def last_indices(self, texts: Iterable[str]) -> dict[str, int]:
-        """text → the last index whose string is exactly it (llama.cpp's token_to_id keeps the
-        last). Only strings of a wanted byte length and first byte are decoded: a few lookups
-        in a 262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
-        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t}
+        """text → the last index whose string is exactly it (llama.cpp's token_to_id keeps the last)."""
+        return self._indices(texts, last=True)
+
+    def first_indices(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → the first index whose string is exactly it (what a linear search finds)."""
+        return self._indices(texts, last=False)
+
+    def _indices(self, texts: Iterable[str], last: bool) -> dict[str, int]:
+        """Only strings of a wanted byte length and first byte are decoded: a few lookups in a
+        262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
+        # llama.cpp never looks up an empty text; a linear search (`first`) finds an empty token
+        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t or not last}
         if not wanted or not len(self._starts):
             return {}
         if self._items is not None:
             texts = set(wanted.values())
-            return {item: i for i, item in enumerate(self._items) if item in texts}
-        data = np.frombuffer(self._buffer, dtype=np.uint8)
-        starts = self._starts.astype(np.int64)
-        lengths = np.append(starts[1:], self._end) - starts - 8
-        firsts = data[np.minimum(starts + 8, len(data) - 1)]
-        mask = (np.isin(lengths, sorted({len(raw) for raw in wanted}))
-                & np.isin(firsts, np.array(sorted({raw[0] for raw in wanted}), dtype=np.uint8)))
-        found: dict[str, int] = {}
+            found = {}
+            for i, item in enumerate(self._items):
+                if item in texts and (last or item not in found):
+                    found[item] = i
+            return found
+        starts, lengths, keys = self._keys()
+        mask = np.isin(keys, np.array(sorted({_string_key(raw) for raw in wanted}), dtype=np.uint64))
+        found = {}
         for index in np.flatnonzero(mask).tolist():
             start = int(starts[index]) + 8
             raw = self._buffer[start: start + int(lengths[index])]
-            if raw in wanted:
+            if raw in wanted and (last or wanted[raw] not in found):
                 found[wanted[raw]] = index
         return found
+
+    def _keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each string's offset, byte length and `_string_key`, computed once for all lookups."""
+        if self._keys_cache is None:
+            size = len(self._buffer)
+            starts = self._starts.astype(np.int64)
+            lengths = np.append(starts[1:], self._end) - starts - 8
+            # every byte offset read as a little-endian u64 (an unaligned, zero-copy view): one
+            # gather reads a string's first eight bytes, then the bytes past its end are masked off
+            words = np.ndarray((size - 7,), dtype="<u8", buffer=self._buffer, strides=(1,))
+            inside = starts + 16 <= size
+            heads = words[np.where(inside, starts + 8, 0)]
+            masks = np.array([(1 << (8 * n)) - 1 for n in range(9)], dtype=np.uint64)
+            keys = (lengths.astype(np.uint64) * np.uint64(_KEY_PRIME)) ^ (heads & masks[np.minimum(lengths, 8)])
+            # a string within 16 bytes of the mapped end (a header that ends with its vocabulary)
+            # gets the key of its own bytes, read one by one
+            for index in np.flatnonzero(~inside).tolist():
+                start = int(starts[index]) + 8
+                keys[index] = _string_key(self._buffer[start: start + int(lengths[index])])
+            self._keys_cache = (starts, lengths, keys)
+        return self._keys_cache
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LazyStrings):
@@ -452,6 +490,9 @@ class _Parser:
         buffer = self.buffer
         if count == 0:
             return np.empty(0, dtype=np.int64), self.pos
+        found = _walk_short_strings(buffer, self.pos, count, self.size)
+        if found is not None:
+            return found
         try:
             starts = np.fromiter(
                 accumulate(repeat(None, count - 1), lambda pos, _: pos + 8 + buffer[pos], initial=self.pos),
@@ -476,6 +517,41 @@ class _Parser:
             self.need(length, f"string {index} of {count}")
             self.pos += length
         return starts, self.pos
+
+
+def _walk_short_strings(buffer: mmap.mmap, pos: int, count: int, size: int) -> tuple[np.ndarray, int] | None:
+    """The offsets of `count` strings from `pos` without a Python step per string, or None.
+
+    A string shorter than 256 bytes has a length prefix of one byte and seven NULs. Every byte
+    followed by seven NULs is a candidate start; when the first `count` candidates begin at `pos`
+    and each one's length leads to the next, they are exactly the strings a one-by-one walk finds
+    (the walk would step from candidate to candidate). Anything else (a long string, NULs inside a
+    string, a corrupt length) returns None and the walk is done one by one. The window grows
+    until it holds `count` candidates, so only the array's own bytes are scanned.
+    """
+    window = min(size - pos, count * 24)
+    while window >= 8:
+        region = np.frombuffer(buffer, dtype=np.uint8, count=window, offset=pos)
+        zero = region == 0
+        seven = zero[1:-6].copy()  # seven[i]: bytes i+1 .. i+7 are all NUL
+        for shift in range(2, 8):
+            seven &= zero[shift: window - 7 + shift]
+        starts = np.flatnonzero(seven)
+        if len(starts) >= count or window == size - pos:
+            break
+        window = min(size - pos, window * 2)
+    else:
+        return None
+    if len(starts) < count or starts[0] != 0:
+        return None
+    starts = starts[:count].astype(np.int64)
+    following = starts + 8 + region[starts]
+    if not np.array_equal(following[:-1], starts[1:]):
+        return None
+    end = pos + int(following[-1])
+    if end > size:
+        return None
+    return starts + pos, end
 
 
 def _all_lengths_below_256(buffer: mmap.mmap, starts: np.ndarray) -> bool:

@@ -57,6 +57,7 @@ class Vocabulary:
     gguf_header: Any = None
     # GGUF vocabularies: the ordinary token table, kept as a sequence (not a dict) for speed
     _gguf_tokens: Sequence[str] | None = None
+    _gguf_ids: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
     _tokenizer: Any = None
 
     @property
@@ -78,8 +79,16 @@ class Vocabulary:
         if found is None and self.tokenizer_file is not None:
             return self._tokenizer.token_to_id(text)
         if found is None and self._gguf_tokens is not None:
-            return self._gguf_index().get(text)
+            return self._gguf_first_ids((text,)).get(text)
         return found
+
+    def ids_of(self, texts: Iterable[str]) -> dict[str, int]:
+        """text → `id_of(text)` for each text that has one; a GGUF vocabulary is searched once
+        for them all."""
+        texts = list(dict.fromkeys(texts))
+        if self._gguf_tokens is not None and self.tokenizer_file is None:
+            self._gguf_first_ids(t for t in texts if t not in self.by_text and lone_surrogate(t) is None)
+        return {text: token_id for text in texts if (token_id := self.id_of(text)) is not None}
 
     def exact_ids(self, texts: Iterable[str]) -> dict[str, int]:
         """text → id of the token whose text is exactly it, ordinary tokens included (how
@@ -127,14 +136,25 @@ class Vocabulary:
     def special_tokens(self) -> dict[str, int]:
         return {self.by_id[i]: i for i in sorted(self.special_ids) if i in self.by_id}
 
-    def _gguf_index(self) -> dict[str, int]:
-        cache = getattr(self, "_gguf_index_cache", None)
-        if cache is None:
-            tokens = list(self._gguf_tokens or ())
-            # reversed so that the first id of a duplicated text wins, as in a linear search
-            cache = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
-            self._gguf_index_cache = cache
-        return cache
+    def _gguf_first_ids(self, texts: Iterable[str]) -> dict[str, int | None]:
+        """The first id of each text among the GGUF's ordinary tokens (None: no such token),
+        remembered: only the texts a rule asks about are looked up, never the whole vocabulary
+        indexed (262k entries for Gemma)."""
+        known = self._gguf_ids
+        missing = [t for t in texts if t not in known]
+        if missing:
+            tokens = self._gguf_tokens or ()
+            if hasattr(tokens, "first_indices"):
+                found = tokens.first_indices(missing)
+            else:
+                wanted = set(missing)
+                found = {}
+                for token_id, token in enumerate(tokens):
+                    if token in wanted:
+                        found.setdefault(token, token_id)
+            for text in missing:
+                known[text] = found.get(text)
+        return known
 
     def tokenizer(self) -> tokenizers.Tokenizer:
         """A `tokenizers.Tokenizer` for encoding (tokenizer.json's is loaded with the vocabulary;

@@ -20,9 +20,11 @@ def diff_document(diff: ModelDiff) -> dict[str, Any]:
         "a": diff.a,
         "b": diff.b,
         "differences": [{"aspect": d.aspect, "what": d.what, "a": d.before, "b": d.after, "where_a": d.where_a,
-                         "where_b": d.where_b, "stop_relevant": d.stop_relevant, "detail": d.detail}
+                         "where_b": d.where_b, "stop_relevant": d.stop_relevant, "detail": d.detail,
+                         "effect": d.effect or None, "why": d.why or None}
                         for d in diff.differences],
         "stop_relevant": len(diff.stop_relevant),
+        "worse": len(diff.worse),
         "exit_code": diff.exit_code(),
     }
 
@@ -31,24 +33,49 @@ def render_diff_json(diff: ModelDiff) -> str:
     return json.dumps(diff_document(diff), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
+def value_text(value: object) -> str:
+    """A value as a person reads it: a list as its items joined by commas, an absent one as "none"."""
+    if value is None or value == []:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+# The groups, in the order a reader needs them: what got worse leads.
+_GROUPS = (("worse in b: generation stops less where it should", lambda d: d.effect == "worse"),
+           ("better in b", lambda d: d.effect == "better"),
+           ("other changes to where generation stops", lambda d: d.stop_relevant and not d.effect),
+           ("other differences (stopping unchanged)", lambda d: not d.stop_relevant and not d.effect))
+
+
 def render_diff_text(diff: ModelDiff) -> str:
     lines = [f"stopdoctor diff  a: {diff.a}  b: {diff.b}"]
     if not diff.differences:
         lines.append("  no difference in template, end-of-turn, stop ids, special ids, sampling or tokenization")
         return "\n".join(lines) + "\n"
-    ordered = sorted(diff.differences, key=lambda d: not d.stop_relevant)
-    for d in ordered:
-        mark = "STOP " if d.stop_relevant else "     "
-        where = f"  [{d.where_a or '-'} | {d.where_b or '-'}]" if (d.where_a or d.where_b) else ""
-        if d.aspect == "template":
-            lines.append(f"  {mark}{d.aspect:<14} {d.what} differs{where}")
-        else:
-            lines.append(f"  {mark}{d.aspect:<14} {d.what}: {d.before} → {d.after}{where}")
+    ordered = []
+    for title, belongs in _GROUPS:
+        group = [d for d in diff.differences if belongs(d)]
+        if not group:
+            continue
+        lines.append(f"{title}:")
+        for d in group:
+            mark = "STOP " if d.stop_relevant else "     "
+            where = f"  [{d.where_a or '-'} | {d.where_b or '-'}]" if (d.where_a or d.where_b) else ""
+            why = f"{d.why}: " if d.why else ""
+            if d.aspect == "template":
+                lines.append(f"  {mark}{d.aspect:<14} {d.what} differs{where}")
+            else:
+                lines.append(f"  {mark}{d.aspect:<14} {d.what}: {why}{value_text(d.before)} → {value_text(d.after)}{where}")
+        ordered += group
     details = [d.detail for d in ordered if d.detail]
     if details:
         lines.append("")
         lines.extend(detail.rstrip("\n") for detail in details)
     relevant = len(diff.stop_relevant)
+    worse = len(diff.worse)
     lines.append("")
-    lines.append(f"{relevant} stop-relevant difference(s), {len(diff.differences) - relevant} other(s)")
+    lines.append((f"{worse} change(s) for the worse, " if worse else "")
+                 + f"{relevant} stop-relevant difference(s), {len(diff.differences) - relevant} other(s)")
     return "\n".join(lines) + "\n"

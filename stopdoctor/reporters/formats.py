@@ -1,5 +1,5 @@
 """One `Report` in, one string out, per format: the map every command that judges something
-(inspect, check, labels, logs) renders through. Human and JSON are per command (each command's
+(inspect, check, labels, logs, probe-server) renders through. Human and JSON are per command (each command's
 document has its own schema); SARIF, JUnit and GitHub annotations are the same for every command.
 
 Imports: core, rules.results, and the format modules (each lazily: only the one asked for loads).
@@ -40,6 +40,10 @@ def _human(report: Report, options: Options) -> str:
         from stopdoctor.reporters.logs_text import render_logs_human
 
         return render_logs_human(subject.result, options.color, options.width)
+    if report.command == "probe-server":
+        from stopdoctor.reporters.server_probe_text import render_server_probe_human
+
+        return render_server_probe_human(subject.result, options.color, options.width)
     parts = []
     for subject in report.subjects:  # inspect, check: the inspect report of each model
         if subject.result is not None:
@@ -70,6 +74,10 @@ def _json(report: Report, options: Options) -> str:
         from stopdoctor.reporters.logs_text import render_logs_json
 
         return render_logs_json(subject.result, report.fail_on)
+    if report.command == "probe-server":
+        from stopdoctor.reporters.server_probe_text import render_server_probe_json
+
+        return render_server_probe_json(subject.result)
     from stopdoctor.reporters.check_json import render_check_json
 
     return render_check_json(report, options.base, options.exit_zero)

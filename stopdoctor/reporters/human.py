@@ -32,6 +32,8 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     out.print(f"  files     {escape(files)}")
     if result.missing_files:
         out.print(f"  missing   [yellow]{escape(', '.join(result.missing_files))}[/]")
+    for config in result.serving:  # `check --serving`: each file read, with its own verdict
+        out.print(f"  serving   {escape(str(config.path))}  [dim]({config.kind})[/]  {serving_verdict(config, result.findings)}")
     verdict = analysis.verdict
     clues = "; ".join(f"{e.clue} ({e.weight:+d})" for e in verdict.evidence) or "no clue either way"
     out.print(f"  kind      [bold]{verdict.kind}[/]  score {verdict.score:+d} (instruct at +1 or more with a strong "
@@ -79,6 +81,18 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     out.print()
     print_findings(out, result.findings, unfinished)
     return text_of(out)
+
+
+def serving_verdict(config, findings) -> str:
+    """What the checks found in one serving file (the findings located in it), as rich markup."""
+    own = [f for f in findings if f.location is not None and f.location.file == str(config.path)]
+    if not own:
+        return "[green]ok[/]: no finding"
+    counts = ", ".join(f"{n} {s.label}{'s' if n > 1 and s != Severity.INFO else ''}"
+                       for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)
+                       if (n := sum(1 for f in own if f.severity == s)))
+    worst = max(f.severity for f in own)
+    return f"[{STYLE[worst]}]{counts}[/]: {', '.join(dict.fromkeys(f.code for f in own))}"
 
 
 def print_findings(out, findings, unfinished: str | None = None) -> None:

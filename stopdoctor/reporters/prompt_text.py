@@ -153,10 +153,15 @@ def render_prompt_human(prompts: Sequence[RenderedPrompt], comparisons: Sequence
     out = capture(color, width)
     out.print(f"[bold]stopdoctor render[/] {escape(prompts[0].model)}")
     out.print(f"[dim]legend    {escape(LEGEND)}[/]")
+    # --thinking both renders each conversation twice (on, then off)
+    renders = 2 if {"on", "off"} <= {p.thinking for p in prompts} else 1
     for number, prompt in enumerate(prompts):
         if len(prompts) > 1:
             out.print()
-            out.print(f"[bold]conversation {number + 1} of {len(prompts)}[/]")
+        if len(prompts) > renders and number % renders == 0:
+            out.print(f"[bold]conversation {number // renders + 1} of {len(prompts) // renders}[/]")
+        if prompt.thinking != "default":
+            out.print(f"thinking  [bold]{prompt.thinking}[/]  [dim]({escape(prompt.thinking_call)})[/]")
         _render_one(out, prompt, show_ids, color, width)
         if comparisons is not None:
             _render_comparison(out, comparisons[number])
@@ -175,6 +180,8 @@ def _prompt_json(prompt: RenderedPrompt) -> dict:
         "messages": prompt.messages,
         "add_generation_prompt": prompt.add_generation_prompt,
         "continue_final_message": prompt.continue_final_message,
+        "thinking": prompt.thinking,  # "on", "off" (render --thinking) or "default"
+        "thinking_call": prompt.thinking_call or None,
         "text": prompt.text,
         "ids": _Verbatim(json.dumps(prompt.ids)),
         "tokens": _Verbatim(_tokens_json(prompt)),

@@ -35,11 +35,15 @@ def reasoning_lines(analysis: Analysis) -> list[str]:
         return []
     vocab = analysis.facts.vocab
     stops = ", ".join(f"{vocab.text_of(i) or '?'} ({i})" for i in analysis.reasoning_stop_ids()) or "unknown"
-    lines = [f"style {r.style}: the thought opens with {r.open or '?'} and closes with {r.close or '?'}"]
+    if r.open is None and r.style == "untagged":
+        lines = [f"style untagged: the thought is plain text, the answer follows {r.close or '?'}"]
+    else:
+        lines = [f"style {r.style}: the thought opens with {r.open or '?'} and closes with {r.close or '?'}"]
     if r.answer_open:
         lines.append(f"the answer opens with {r.answer_open}; {r.close} is no end of turn: never stop on it")
     if r.prefilled:
-        lines.append(f"the generation prompt already writes {r.open}: the output holds only {r.close}")
+        opener = r.open or "the thought's opening words"
+        lines.append(f"the generation prompt already writes {opener}: the output holds only {r.close}")
     elif r.default_on is False:
         lines.append(f"off by default{f'; on with {r.enable}' if r.enable else ''}")
     if r.can_disable:

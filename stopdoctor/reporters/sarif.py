@@ -10,6 +10,7 @@ Imports: core, rules (the registry). Never prints, never reads a file.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,14 @@ def locate(subject: Subject, finding: Finding | None) -> Place | None:
             path = subject.files[location.file]
     if path is None:
         path = primary_file(subject)
-        return Place(path.resolve()) if path is not None else None
-    return Place(path.resolve(), location.line if location is not None else None)
+        return Place(absolute(path)) if path is not None else None
+    return Place(absolute(path), location.line if location is not None else None)
+
+
+def absolute(path: Path) -> Path:
+    """The path made absolute without following links: a model linked into the repository
+    (`models/m -> /data/m`) is annotated at its place in the repository, not at the link's target."""
+    return Path(os.path.abspath(path))
 
 
 def primary_file(subject: Subject) -> Path | None:
@@ -64,9 +71,13 @@ def primary_file(subject: Subject) -> Path | None:
 def relative_uri(path: Path, base: Path) -> tuple[str, bool]:
     """(uri, relative?): a POSIX path relative to `base` when the file lies under it, else a file URI."""
     try:
+        return absolute(path).relative_to(absolute(base)).as_posix(), True
+    except ValueError:
+        pass
+    try:  # the working folder itself reached through a link
         return path.resolve().relative_to(base.resolve()).as_posix(), True
     except ValueError:
-        return path.resolve().as_uri(), False
+        return absolute(path).as_uri(), False
 
 
 def rule(check: Check, level: Severity) -> dict[str, Any]:

@@ -23,6 +23,8 @@ def stop_odds_document(odds: StopOdds) -> dict[str, Any]:
         "device": odds.device,
         "data": odds.data,
         "median_p_end_of_turn": odds.median_p_end_of_turn,
+        "verdict_rows": odds.verdict_kind,  # the kind of rows the verdict and its median are over
+        "median_apart": odds.median_apart,  # plain-text rows beside chat rows: measured, not in the verdict
         "verdict": odds.verdict,
         "reason": odds.reason,
         "tokens": odds.tokens,
@@ -53,12 +55,18 @@ def render_stop_odds_human(odds: StopOdds, color: bool = False, width: int = 100
         top = ", ".join(f"{escape(json.dumps(c.decoded, ensure_ascii=False))} {c.p:.2f}" for c in e.top[:3])
         style = "green" if e.p_end_of_turn >= 0.1 else ("red" if e.p_end_of_turn < 0.01 else "yellow")
         answer = visible(e.context.preview[-36:])
+        if odds.apart and e.context.kind != odds.verdict_kind:
+            answer = "(text) " + visible(e.context.preview[-29:])  # measured apart: not in the verdict
         out.print(f"  [{style}]{e.p_end_of_turn:6.4f}[/] {e.rank:>6}  {escape(answer):<38}  [dim]{top}[/]")
     for source, why in odds.skipped[:5]:
         out.print(f"  [yellow]skipped[/] {escape(source)}: {escape(why)}")
     if len(odds.skipped) > 5:
         out.print(f"  [yellow]skipped[/] … {len(odds.skipped) - 5} more")
     style = {"stops": "green", "configuration": "yellow", "weak": "yellow"}.get(odds.verdict, "bold red")
-    out.print(f"  median   [bold]{odds.median_p_end_of_turn:.4f}[/]")
+    rows = "chat rows, P(end-of-turn)" if odds.verdict_kind == "chat" else "plain-text rows, P(eos) at the end"
+    out.print(f"  median   [bold]{odds.median_p_end_of_turn:.4f}[/]  [dim]({len(odds.judged)} {rows})[/]")
+    if odds.apart:
+        out.print(f"  apart    {odds.median_apart:.4f}  [dim]({len(odds.apart)} plain-text row(s), P(eos) at the end of the "
+                  "text: another question, not in the verdict)[/]")
     out.print(f"  verdict  [{style}]{escape(odds.verdict)}[/]: {escape(odds.reason)}")
     return text_of(out)

@@ -7,6 +7,7 @@ in the configuration; no other command does.
 from __future__ import annotations
 
 from stopdoctor.core.findings import Severity
+from stopdoctor.core.types import a_kind
 from stopdoctor.rules.inputs import ExpectationInput
 from stopdoctor.rules.registry import Check, check
 
@@ -39,7 +40,7 @@ def expectation_failed(subject: ExpectationInput, self: Check):
         found = analysis.verdict.kind if analysis.verdict else "unknown"
         if found != expectation.kind:
             yield self.finding(
-                f"expected a {expectation.kind} model, stopdoctor judges it {found}",
+                f"expected {a_kind(expectation.kind)}, stopdoctor judges it {found}",
                 "check that the configured model is the checkpoint you deploy, or correct expect-kind",
                 expectation.location("expect-kind"), expected=expectation.kind, found=found)
     if expectation.end_of_turn is not None:

@@ -163,7 +163,7 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
             yield self.finding(f"--reasoning-parser {name} on a Harmony model: its channels are not <think> tags",
                                "use --reasoning-parser openai_gptoss", where, Severity.ERROR)
         elif reasoning.style != "harmony" and name in HARMONY_PARSERS:
-            yield self.finding(f"--reasoning-parser {name} reads Harmony channels; this model writes {reasoning.open}…{reasoning.close}",
+            yield self.finding(f"--reasoning-parser {name} reads Harmony channels; this model writes {reasoning.open or 'a thought'}…{reasoning.close}",
                                "use the parser of the model's <think> framing (qwen3, deepseek_r1…)", where, Severity.ERROR)
         elif name in OPEN_ENDED_PARSERS and reasoning.can_disable and not reasoning.prefilled:
             yield self.finding(f"--reasoning-parser {name} reads all output before {reasoning.close} as reasoning; with "

@@ -54,7 +54,7 @@ def llama_cpp_control_by_text(facts: ModelFacts) -> set[int]:
     eot/eom/fim token it auto-detects by text when no key names that role (stopdoctor.facts.gguf_special)."""
     vocab = facts.vocab
     texts = EOG_TEXTS + EOT_TEXTS + EOM_TEXTS + tuple(t for group in FIM_TEXTS.values() for t in group)
-    index = {t: i for t in dict.fromkeys(texts) if (i := vocab.id_of(t)) is not None}
+    index = vocab.ids_of(texts)
     gguf = facts.gguf
     # a role is named when the model declares it, or (fill-in-the-middle, which ModelFacts has no
     # role for) when the GGUF has its key, as gguf_tokenizer decides

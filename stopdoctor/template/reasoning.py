@@ -26,7 +26,7 @@ from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.render import render_chat
 
-STYLES = ("think-tags", "harmony", "none")
+STYLES = ("think-tags", "harmony", "untagged", "none")
 
 _U, _U2, _A, _T = "sdReasonUsrOne7q", "sdReasonUsrTwo7q", "sdReasonAnswer7q", "sdReasonThought7q"
 _FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -40,6 +40,13 @@ _NOT_SWITCHES = frozenset({"reasoning_content", "thinking_start_token", "thinkin
                            "think_end_token", "reasoning_instructions"})
 _MAX_VARIANTS = 24
 _THOUGHT_NAME = re.compile(r"think|thought|reason", re.I)
+# A channel name after an open marker (`<|channel>thought`, `<|channel|>analysis`): the marker opens a thought.
+_THOUGHT_CHANNEL = re.compile(r"(?:thought|think|thinking|reasoning|analysis)\b", re.I)
+# A prose thought's end marker written in plain text: `[BEGIN FINAL RESPONSE]`, `[FINAL ANSWER]`.
+_PLAIN_MARKER = re.compile(r"\[[A-Z][A-Z _]{2,38}\]")
+_PLAIN_MARKER_WORD = re.compile(r"FINAL|RESPONSE|ANSWER")
+# A prose opener ending the generation prompt: "Here are my reasoning steps:".
+_PROSE_OPENER = re.compile(r"(?:think|thought|reason)[^\n<>\[\]]{0,60}:\s*$", re.I)
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class ReasoningStructure:
     style, open, close, prefilled, can_disable, history_stripped (stop_ids_needed is mapped from
     `stop_texts` by the analysis, which knows the vocabulary)."""
 
-    style: str = "none"  # "think-tags" | "harmony" | "none"
+    style: str = "none"  # "think-tags" | "harmony" | "untagged" (a prose thought) | "none"
     open: str | None = None  # what opens the thought (`<think>`, Harmony `<|channel|>analysis<|message|>`)
     close: str | None = None  # what closes it (`</think>`, Harmony `<|end|>`): never an end of turn
     prefilled: bool = False  # the default generation prompt already opens the thought
@@ -143,8 +150,19 @@ class _Probe:
         """(the prompt's added text, the whole prompt) under a variant."""
         plain = self.render([_user(_U)], False, variant)
         prompted = self.render([_user(_U)], True, variant)
-        if plain is None or prompted is None or not prompted.startswith(plain):
+        if plain is None or prompted is None:
             return None
+        if not prompted.startswith(plain):
+            # The prompt also changes what comes before the user's text (a BOS or a system line written
+            # only with the prompt): compare what follows the user's text.
+            if _U not in plain or _U not in prompted:
+                return None
+            before, after = plain[plain.rfind(_U) + len(_U):], prompted[prompted.rfind(_U) + len(_U):]
+            return (after[len(before):] if after.startswith(before) else after), prompted
+        if prompted == plain and _U in prompted:
+            # The template writes the next header whatever add_generation_prompt says: what follows
+            # the user's text is that prompt.
+            return prompted[prompted.rfind(_U) + len(_U):], prompted
         return prompted[len(plain):], prompted
 
 
@@ -193,7 +211,11 @@ def _variants(source: str) -> list[Variant]:
             values += re.findall(r"['\"]([^'\"]{1,24})['\"]", m.group(1))
         for m in re.finditer(rf"\b{name}\s*(?:==|!=)\s*(\d{{1,6}})\b", source):
             values.append(int(m.group(1)))
-        for value in dict.fromkeys(values):
+        if re.search(rf"(?<![<\w/]){name}\s*(?:<=|>=|<|>)\s*[\w(]", source):
+            values.append(0)  # a budget compared with a threshold (`thinking_budget <= k`): zero is its way off
+        # The values the template names first: `thinking_budget=0` says more than its equal, false.
+        values = [*values[2:], True, False]
+        for _, value in dict.fromkeys((type(v), v) for v in values):
             variants.append(Variant(((name, value),)))
     flags = dict.fromkeys(m.group(1) for m in re.finditer(r"['\"](/\w{0,12}think\w{0,12})['\"]", source))
     variants += [Variant(system_flag=flag) for flag in flags]
@@ -308,15 +330,20 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
     # Tags the default prompt writes in its own text (Phi-4-reasoning's system message asks for
     # `<think> {Thought section} </think>`): a candidate only when its name speaks of a thought.
     told_tags = [t for t in _tags(default[1], known) if _THOUGHT_NAME.search(_core(t))]
-    for open_tag, close in _candidate_pairs([*endings.values(), *added_tags, *told_tags], prompts.values(),
-                                            literal_tags, known):
+    openers = [*endings.values(), *added_tags, *told_tags]
+    # A thought the prompt opens but the template never closes (the model writes the close, OLMo 3
+    # Think, R1 distills): its closing form is derived from the opener's own name.
+    prompt_tags = [t for p in prompts.values() for t in _tags(p[0], known)]
+    derived = {c for t in {*openers, *prompt_tags} if t and _speaks_of_thought(t, source) for c in [_close_form(t)] if c}
+    for open_tag, close in _candidate_pairs(openers, prompts.values(), literal_tags | derived, known):
         mention = [v for v, p in prompts.items() if v != Variant() and _names_pair(p[1], open_tag, close)
                    and not _names_pair(default[1], open_tag, close)]
+        speaks = _speaks_of_thought(open_tag, source)
         # The default prompt itself (before the user's text) tells the model to write its thought
         # between the tags.
         told = not mention and _THOUGHT_NAME.search(_core(open_tag)) is not None \
             and _names_pair(default[1][:default[1].find(_U)] if _U in default[1] else "", open_tag, close)
-        if open_tag in header_tags and not told:
+        if open_tag in header_tags and not told and not speaks:
             continue  # a turn header's tag, not a thought's
         state = {v: _state(p[0], open_tag, close, known) for v, p in prompts.items()}
         shown = {s for s in state.values() if s != "plain"}
@@ -324,28 +351,155 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
             continue
         field_name, thought = _thought_field(probe, open_tag, close)
         stripped_history = _history_stripped(probe, field_name, open_tag, close)
+        if not speaks and not thought and not stripped_history:
+            continue  # a pair of header-like tags (`<|start_of_role|>`): nothing says it frames a thought
+        opened = speaks and "open" in shown
         if not thought and not stripped_history and not ("empty" in shown or "closed" in shown and "open" in shown) \
-                and not mention and not told:
+                and not mention and not told and not opened:
             continue  # the pair is never shown around a thought: not a thought's tags
         base = state[Variant()]
-        default_on = base in ("open", "plain")
-        off = next((v for v, s in state.items() if s in ("closed", "empty") and v != Variant()), None)
-        on = next((v for v, s in state.items() if s in ("open", "plain") and v != Variant()
-                   and v.extra and v.extra[0][1] is not False), None) if not default_on else None
-        if not default_on and on is None and mention:
-            on = mention[0]
+        # A switch for thinking that opens the thought, or that drops the default's empty thought while
+        # writing a thought marker elsewhere (Gemma 4's `<|think|>` in the system turn).
+        opens = [v for v, st in state.items() if v != Variant() and _turns_on(v)
+                 and (st == "open" or st == "plain" and base != "plain" and _adds_thought_marker(prompts[v][1], default[1], known, source))]
+        # A switch against thinking that closes the thought, or leaves plain a prompt that opens it by default
+        # (Ring-lite's `detailed thinking off`); values other than true/false first (`thinking_budget=0`).
+        closes = sorted((v for v, st in state.items() if v != Variant() and not _turns_on(v)
+                         and (st in ("closed", "empty") or base == "open" and st == "plain")),
+                        key=lambda v: (v.system_flag is not None, bool(v.extra) and isinstance(v.extra[0][1], bool)))
+        if base in ("closed", "empty") and not opens and not mention and not told:
+            continue  # the thought is always written empty: the model never thinks (Qwen3Guard, Command R7B)
+        # Plain by default: on unless the only switch seen opens the thought (Bielik, Motif 2) or only
+        # names it (Hermes 4 swaps in a system prompt that asks for the tags).
+        default_on = base == "open" or base == "plain" and (bool(closes) or told or not (opens or mention))
+        off = closes[0] if default_on and closes else None
+        on = None if default_on else (opens[0] if opens else mention[0] if mention else None)
         evidence = [f"with {v.describe()} the generation prompt ends {p[0][-60:]!r}" for v, p in prompts.items()
                     if state[v] != "plain"][:3]
         if mention:
             evidence.append(f"with {mention[0].describe()} the template names {open_tag}…{close}")
         if told:
             evidence.append(f"the default prompt asks for the thought between {open_tag} and {close}")
+        if close in derived and close not in literal_tags:
+            evidence.append(f"the template never writes {close}: the model writes it after the thought")
         return ReasoningStructure(
             "think-tags", open_tag, close, prefilled=base == "open", default_on=default_on,
-            can_disable=off.describe() if default_on and off is not None else None,
+            can_disable=off.describe() if off is not None else None,
             enable=on.describe() if on is not None else None, history_stripped=stripped_history,
-            evidence=tuple(evidence), disable_with=off if default_on and off is not None else None, enable_with=on)
-    return NONE
+            evidence=tuple(evidence), disable_with=off, enable_with=on)
+    return _shown_elsewhere(probe, source, known, prompts) or _prose_thought(default, source, known) or NONE
+
+
+def _adds_thought_marker(prompt: str, default: str, known: list[str], source: str) -> bool:
+    return any(t not in default and _speaks_of_thought(t, source) for t in _tags(prompt, known))
+
+
+def _turns_on(variant: Variant) -> bool:
+    """Whether a switch's value asks for thinking (`enable_thinking=true`, `thinking_mode=on`), not against it."""
+    if variant.system_flag is not None:
+        return "no" not in variant.system_flag.lower()
+    name, value = variant.extra[0] if variant.extra else ("", None)
+    if isinstance(value, str):
+        yes = value.lower() not in ("off", "none", "false", "no", "disabled", "disable", "chat", "0")
+    else:
+        yes = value is not False and value != 0 and value is not None
+    # An inverted switch (`no_thinking`, `disable_reasoning`, `skip_thinking`) asks the other way.
+    return yes != name.lower().startswith(("no_", "disable", "skip_", "without_"))
+
+
+def _speaks_of_thought(tag: str, source: str) -> bool:
+    """The tag's name speaks of a thought (`<think>`, `<|START_THINKING|>`), or the template writes it
+    followed by a thought channel's name (Gemma 4 `<|channel>thought`)."""
+    if _THOUGHT_NAME.search(_core(tag)):
+        return True
+    at = source.find(tag)
+    for _ in range(64):  # bounded: a template writes a marker a handful of times
+        if at < 0:
+            return False
+        if _THOUGHT_CHANNEL.match(source, at + len(tag)):
+            return True
+        at = source.find(tag, at + 1)
+    return False
+
+
+def _close_form(tag: str) -> str | None:
+    """The closing form of an opening tag, from its own shape and name: `<think>` → `</think>`, `[THINK]` → `[/THINK]`,
+    `<|think:start|>` → `<|think:end|>`, `<|START_THINKING|>` → `<|END_THINKING|>`."""
+    if tag.startswith("<") and not tag.startswith(("</", "<|", "<｜")):
+        return "</" + tag[1:]
+    if tag.startswith("[") and not tag.startswith("[/"):
+        return "[/" + tag[1:]
+    if tag.startswith("<|") and not tag.endswith("|>"):
+        return "<" + tag[2:-1] + "|>"  # Gemma 4: `<|channel>` → `<channel|>`
+    lower = tag.lower()
+    for word in ("start", "begin"):
+        at = lower.find(word)
+        if at >= 0:
+            end = "END" if tag[at:at + len(word)].isupper() else "end"
+            return tag[:at] + end + tag[at + len(word):]
+    return None
+
+
+def _open_form(tag: str) -> str | None:
+    """The opening form of a closing tag (`</think>` → `<think>`), for a template that only writes the close."""
+    if tag.startswith("</"):
+        return "<" + tag[2:]
+    if tag.startswith("[/"):
+        return "[" + tag[2:]
+    return None
+
+
+def _shown_elsewhere(probe: _Probe, source: str, known: list[str],
+                     prompts: Mapping[Variant, tuple[str, str]]) -> ReasoningStructure | None:
+    """A thought the generation prompt never shows by default, seen in what else the template writes:
+    (1) earlier turns' thoughts dropped from the history while no message field carries one (the
+    original DeepSeek-R1 template: `content.split('</think>')[-1]`), or (2) a thought written around a
+    message field plus a switch that changes only a system or settings line (`detailed thinking on`,
+    Gemma 4's `<|think|>`, ` /no_think`, a budget line)."""
+    literals = list(dict.fromkeys([*_TAG.findall(source), *(k for k in known if k in source)]))
+    pairs = [(a, b) for a in literals for b in literals if _pairs(a, b) and _speaks_of_thought(a, source)]
+    pairs += [(o, b) for b in literals for o in [_open_form(b)] if o and o not in literals and _pairs(o, b)
+              and _speaks_of_thought(o, source)]
+    default = prompts.get(Variant())
+    switches = [v for v, p in prompts.items() if v.system_flag is None and v != Variant() and default is not None
+                and p[1] != default[1]]
+    for open_tag, close in pairs[:8]:
+        field_name, thought = _thought_field(probe, open_tag, close)
+        stripped = _history_stripped(probe, None, open_tag, close)
+        if not thought and not stripped:
+            continue
+        if switches:
+            off = next((v for v in switches if not _turns_on(v)), None)
+            on = next((v for v in switches if _turns_on(v)), None) if off is None else None
+            if off is None and on is None:
+                continue
+            where = off or on
+            return ReasoningStructure(
+                "think-tags", open_tag, close, prefilled=False, default_on=off is not None,
+                can_disable=off.describe() if off is not None else None, enable=on.describe() if on is not None else None,
+                history_stripped=stripped, disable_with=off, enable_with=on,
+                evidence=(f"with {where.describe()} only a system or settings line of the prompt changes; the template "
+                          f"writes thoughts as {open_tag}…{close}",))
+        if stripped and not thought:
+            return ReasoningStructure(
+                "think-tags", open_tag, close, prefilled=False, default_on=True, history_stripped=True,
+                evidence=(f"earlier turns drop everything up to {close}: the model writes its own {open_tag}…{close}",))
+    return None
+
+
+def _prose_thought(default: tuple[str, str], source: str, known: list[str]) -> ReasoningStructure | None:
+    """A thought in plain text: the prompt ends with a prose opener ("Here are my reasoning steps:") and
+    the template names a bracketed marker that starts the answer (`[BEGIN FINAL RESPONSE]`)."""
+    tags = _tag_spans(default[0][-400:], known)
+    tail = default[0][-400:][tags[-1].end():] if tags else default[0][-400:]
+    if not tail.strip() or _PROSE_OPENER.search(tail[-120:]) is None:
+        return None
+    markers = [m.group(0) for m in _PLAIN_MARKER.finditer(source) if _PLAIN_MARKER_WORD.search(m.group(0))]
+    if not markers:
+        return None
+    return ReasoningStructure("untagged", None, markers[0], prefilled=True, default_on=True,
+                              evidence=(f"the generation prompt ends with prose {tail.strip()[-60:]!r}; the answer "
+                                        f"follows {markers[0]}",))
 
 
 def _last_tag(text: str, known: list[str]) -> str | None:
@@ -362,12 +516,13 @@ def _candidate_pairs(endings: Iterable[str | None], prompts: Iterable[tuple[str,
         seen += _tags(prompt, known)
     seen = list(dict.fromkeys(seen))
     closers = sorted(set(seen) | literals)
-    return [(a, b) for a in seen for b in closers if _pairs(a, b)]
+    # The opener's own closing form first (`<|start_think|>` → `<|end_think|>`, before a stray `</think>`).
+    return [(a, b) for a in seen for b in sorted(closers, key=lambda c: c != _close_form(a)) if _pairs(a, b)]
 
 
 def _is_closing(tag: str) -> bool:
     return tag.startswith(("</", "[/")) or (tag.endswith("|>") and not tag.startswith("<|")) \
-        or re.search(r"(^|[<|｜_\[])end", tag, re.I) is not None
+        or re.search(r"(^|[<|｜_:\[])end", tag, re.I) is not None
 
 
 def _pairs(open_tag: str, close_tag: str) -> bool:

@@ -24,7 +24,11 @@ from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
 from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
-INSTALL_HINT = "pip install 'stopdoctor[runtime]'  (torch and accelerate)"
+# The README's install line: torch's CPU build from PyTorch's own index first (a bare `torch` from
+# PyPI pulls the multi-GB CUDA build), then the `runtime` extra from the clone.
+TORCH_CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install '.[runtime]'"
+INSTALL_HINT = (f"in your stopdoctor clone: {TORCH_CPU_INSTALL}  (with a GPU, the CUDA wheel instead: "
+                "--index-url https://download.pytorch.org/whl/cu126)")
 
 
 Progress = Callable[[str], None]
@@ -155,12 +159,31 @@ def _tensor_progress(progress: Progress, name: str) -> Callable[..., Any]:
     return tensors
 
 
-def require_torch() -> Any:
+# What a GPU torch could use leaves device files on Linux: the NVIDIA driver's, ROCm's (torch.cuda
+# is HIP there), WSL's GPU paravirtualisation. With none of them torch.cuda.is_available() is False.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/kfd", "/dev/dxg")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device that cannot be used before anything loads (torch takes seconds to import, a
+    GGUF's tokenizer to convert). "cuda" is refused here only on Linux with no GPU device file;
+    otherwise torch decides, when the model loads."""
+    import sys
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device {device!r}: use auto, cpu or cuda")
+    if device == "cuda" and sys.platform.startswith("linux") and not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        raise InputError("--device cuda: no CUDA device is available", hint="use --device cpu or auto")
+
+
+def require_torch(command: str = "generate") -> Any:
+    """torch, or one line naming the `command` that needs it and the README's install line."""
     try:
         import torch
     except ImportError:
-        raise MissingDependencyError("stopdoctor generate runs the model locally with torch, which is not installed",
-                                     hint=f"{INSTALL_HINT}; or point --server at an OpenAI-compatible endpoint") from None
+        server = "; or point --server at an OpenAI-compatible endpoint" if command == "generate" else ""
+        raise MissingDependencyError(f"stopdoctor {command} runs the model locally with torch, which is not installed",
+                                     hint=f"{INSTALL_HINT}{server}") from None
     return torch
 
 
@@ -250,6 +273,7 @@ class LocalEngine:
              progress: Progress | None = None) -> LocalEngine:
         """`progress(message)` hears what the load is doing (a GGUF's first conversion takes a while)."""
         progress = progress or (lambda message: None)
+        check_device(device)
         if facts.source.kind == "folder":
             _weights_format(facts.source, allow_pickle)  # no weights, or only pickles: said before the checks
         check_weights(facts)

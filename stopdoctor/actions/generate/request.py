@@ -132,11 +132,10 @@ def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, promp
     apply_chat_template does. Raw: the text as a completion endpoint takes it, with BOS added when
     the model's files ask for it. `thinking`: a `stopdoctor.analysis.reasoning_run.ThinkingCall`
     (the template's thinking switch: extra variables, or a flag in the system message)."""
-    tokenizer = facts.vocab.tokenizer()
     if raw:
         if prompt is None:
             raise InputError("--raw needs --prompt TEXT", hint="messages always go through the chat template")
-        ids = list(tokenizer.encode(prompt, add_special_tokens=True).ids)
+        ids = list(facts.vocab.tokenizer().encode(prompt, add_special_tokens=True).ids)
         bos = next((d.id for d in facts.declared_for("bos") if d.id is not None), None)
         if facts.add_bos is not None and facts.add_bos.value and bos is not None and (not ids or ids[0] != bos):
             ids.insert(0, bos)
@@ -153,20 +152,12 @@ def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, promp
     mode = "default"
     if thinking is not None:
         mode, extra = thinking.mode, thinking.variant.extra
-        messages = _with_system_flag(messages, thinking.variant.system_flag)
+        messages = thinking.messages(messages)
     text = render_chat(template.source, messages, add_generation_prompt=True, special_tokens=facts.special_token_texts(),
                        extra=dict(extra) or None)
-    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    # the tokenizer only now: a GGUF's takes seconds to convert, and the refusals above need none
+    ids = facts.vocab.tokenizer().encode(text, add_special_tokens=False).ids
     return Prompt(text, tuple(ids), True, tuple(messages), extra, mode)
-
-
-def _with_system_flag(messages: list[dict], flag: str | None) -> list[dict]:
-    """`/no_think`-style switches: the flag ends the system message (one is added when none)."""
-    if flag is None:
-        return messages
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-        return [{**messages[0], "content": f"{messages[0]['content']} {flag}".strip()}, *messages[1:]]
-    return [{"role": "system", "content": flag}, *messages]
 
 
 def read_messages(path: Path) -> list[dict]:

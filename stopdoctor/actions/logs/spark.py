@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 
 from stopdoctor.actions.logs.groups import SAMPLE_LINES, sample_groups
@@ -46,13 +47,20 @@ SCHEMA = ("file STRING, " + RECORD_COLUMNS.replace("VARCHAR", "STRING").replace(
 
 def session():
     """The active Spark session, or a local one (`STOPDOCTOR_SPARK_MASTER`, default local[2]);
-    under spark-submit the master is the one submitted to."""
+    under spark-submit the master is the one submitted to. A JVM started here writes its own talk
+    (JVM and log4j warnings, progress bars, its Python workers' stderr) to a log file
+    (`stopdoctor-spark-*.log` in the temp folder, removed at exit unless STOPDOCTOR_DEBUG is set),
+    not to the user's stderr."""
     try:
+        from pyspark import SparkConf
         from pyspark.sql import SparkSession
     except ImportError:
         raise MissingDependencyError("--engine spark needs pyspark and a Java runtime",
                                      hint="pip install 'stopdoctor[spark]' (and a JRE 17+, e.g. apt-get install "
                                           "default-jre-headless)") from None
+    # pyspark warns that it does not fully support pandas 3; the engine hands Spark Arrow batches
+    # (mapInArrow) and never a pandas frame, so the warning says nothing about this run.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -60,15 +68,44 @@ def session():
     # not whichever python3 is first on PATH.
     if "SPARK_HOME" not in os.environ:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("stopdoctor logs")
+    conf = SparkConf().setAppName("stopdoctor logs")
     if "SPARK_HOME" not in os.environ or os.environ.get("STOPDOCTOR_SPARK_MASTER"):
-        builder = builder.master(os.environ.get("STOPDOCTOR_SPARK_MASTER", "local[2]"))
-    builder = builder.config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+        conf.setMaster(os.environ.get("STOPDOCTOR_SPARK_MASTER", "local[2]"))
+    conf.set("spark.ui.enabled", "false").set("spark.sql.session.timeZone", "UTC")
+    conf.set("spark.ui.showConsoleProgress", "false")  # the command shows its own progress
     # Applies to a local session only: under spark-submit the driver is already running. The driver
     # holds only counts and the rows the report shows; Spark's default 1 GB is enough.
     if os.environ.get("STOPDOCTOR_SPARK_DRIVER_MEMORY"):
-        builder = builder.config("spark.driver.memory", os.environ["STOPDOCTOR_SPARK_DRIVER_MEMORY"])
-    return builder.getOrCreate()
+        conf.set("spark.driver.memory", os.environ["STOPDOCTOR_SPARK_DRIVER_MEMORY"])
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # no JVM yet (not under spark-submit): start it quietly
+        _start_jvm(conf)
+    return SparkSession.builder.config(conf=conf).getOrCreate()
+
+
+def _start_jvm(conf) -> None:
+    """Launch the driver's JVM with its stdout and stderr in a log file, and make its context the
+    active one (the session builder then uses it). A JVM that does not start is said in one line,
+    with the end of its log."""
+    import tempfile
+
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with tempfile.NamedTemporaryFile("w+b", prefix="stopdoctor-spark-", suffix=".log", delete=False) as log:
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        except Exception as error:  # noqa: BLE001 - pyspark's JAVA_GATEWAY_EXITED, or no java to run
+            log.seek(0)
+            said = [line for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()][-3:]
+            raise MissingDependencyError(
+                f"--engine spark: the Java runtime did not start ({'; '.join(said) or error})",
+                hint=f"Spark 4 needs a JRE 17+ (apt-get install default-jre-headless); its log: {log.name}") from None
+    if not os.environ.get("STOPDOCTOR_DEBUG"):  # kept for a look with the debug variable; else gone at exit
+        import atexit
+
+        atexit.register(lambda: os.path.exists(log.name) and os.unlink(log.name))
+    context = SparkContext(conf=conf, gateway=gateway)
+    context.setLogLevel("ERROR")  # Spark's own warnings (a loopback hostname, plan strings cut) stay in the log
 
 
 def _lines(spark, path: str):
