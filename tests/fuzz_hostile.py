@@ -38,7 +38,7 @@ from tests.fuzz import Case, Generator, Report  # noqa: E402
 KINDS = ("generate", "sandbox", "gguf-table", "logs", "labels", "args", "writes", "tokenizer", "server")
 # tests/hostile_server.py's modes, each served by one stand-in server for the whole run (issue #32)
 SERVER_MODES = ("silent", "drip-headers", "drip-body", "endless-body", "endless-500", "endless-line", "endless-stream",
-                "nested", "usage-list", "usage-string", "bad-utf8", "hostile-text", "loop-500", "ok")
+                "flood-stream", "nested", "usage-list", "usage-string", "bad-utf8", "hostile-text", "loop-500", "ok")
 
 SANDBOX = [
     "{{ ([[0] * A] * B)|sum(start=[]) }}", "{{ (['x' * A] * B)|sum(start='') }}", "{{ range(B)|sum }}",

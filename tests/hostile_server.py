@@ -4,7 +4,8 @@ step cap) and stops when the client hangs up or the server is stopped; the serve
 `stop()` (or leaving the `with`).
 
 Modes: ok, silent (never answers), drip-headers, drip-body (1 byte every `drip` s), endless-body,
-endless-500, endless-line (one stream line that never ends), endless-stream, nested (JSON 100,000
+endless-500, endless-line (one stream line that never ends), endless-stream (an event every 50 ms),
+flood-stream (events as fast as they go), nested (JSON 100,000
 deep, whole or streamed), usage-list, usage-string, bad-utf8, hostile-text (escapes, workflow
 commands and bidi overrides in the answer, finish reason and model ids), loop-500 (every answer a
 500 that names stop_token_ids).
@@ -82,7 +83,14 @@ class HostileServer:
             _headers(sock, "text/event-stream")
             sock.sendall(b'data: {"choices": [{"delta": {"content": "')
             self._endless(sock, b"y" * 65536)
-        elif mode == "endless-stream" and streamed:
+        elif mode == "endless-stream" and streamed:  # a short event every 50 ms, forever
+            _headers(sock, "text/event-stream")
+            event = b'data: {"choices": [{"delta": {"content": "z"}, "finish_reason": null}]}\n\n'
+            for _ in range(CAP // len(event)):
+                if self.stopping.wait(0.05):
+                    break
+                sock.sendall(event)
+        elif mode == "flood-stream" and streamed:  # short events as fast as the socket takes them
             _headers(sock, "text/event-stream")
             event = b'data: {"choices": [{"delta": {"content": "z"}, "finish_reason": null}]}\n\n'
             self._endless(sock, event * 64)
