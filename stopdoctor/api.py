@@ -479,11 +479,11 @@ def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool 
 
 
 def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None = None, model_name: str | None = None,
-                  stream: bool = False) -> Any:
-    """An OpenAI-compatible server as the engine, serving the model `spec` names."""
+                  stream: bool = False, timeout: float = 300.0) -> Any:
+    """An OpenAI-compatible server as the engine for `spec`; `timeout`: one request, connect to last byte."""
     from stopdoctor.actions.generate.server import ServerEngine
 
-    engine = ServerEngine(url, route=route, model_name=model_name, facts=plan.context.facts, stream=stream)
+    engine = ServerEngine(url, route=route, model_name=model_name, timeout=timeout, facts=plan.context.facts, stream=stream)
     engine.pick_model(spec, plan.context.facts.source.root)
     return engine
 

@@ -4,8 +4,9 @@ hostile safetensors, configs and --messages files (each refused before torch), t
 that run unbounded in one call, GGUF tensor tables that do not add up, logs with glob names, bytes
 that are not UTF-8, long lines and compression bombs, labels rows without end, probe-stop with many
 strings, out-of-range options, -o and fix --write on pipes and folders, tokenizer.json padding and
-special token texts with colons. Every run must end in exit 0, 1 or 2 within the runner's time and
-memory limits, with no traceback, and fix --write must change both files or neither.
+special token texts with colons, and generate --server against stand-in servers that never answer,
+drip, send endless bodies, lines or streams, deep JSON or escapes (issue #32). Every run must end
+in exit 0, 1 or 2 within the runner's time and memory limits, with no traceback, and fix --write must change both files or neither.
 
     python tests/fuzz_hostile.py [--cases 300] [--seed 1] [--jobs 2]
 
@@ -34,7 +35,10 @@ if str(ROOT) not in sys.path:
 from tests import fuzz  # noqa: E402
 from tests.fuzz import Case, Generator, Report  # noqa: E402
 
-KINDS = ("generate", "sandbox", "gguf-table", "logs", "labels", "args", "writes", "tokenizer")
+KINDS = ("generate", "sandbox", "gguf-table", "logs", "labels", "args", "writes", "tokenizer", "server")
+# tests/hostile_server.py's modes, each served by one stand-in server for the whole run (issue #32)
+SERVER_MODES = ("silent", "drip-headers", "drip-body", "endless-body", "endless-500", "endless-line", "endless-stream",
+                "flood-stream", "nested", "usage-list", "usage-string", "bad-utf8", "hostile-text", "loop-500", "ok")
 
 SANDBOX = [
     "{{ ([[0] * A] * B)|sum(start=[]) }}", "{{ (['x' * A] * B)|sum(start='') }}", "{{ range(B)|sum }}",
@@ -54,6 +58,25 @@ class HostileGenerator(Generator):
         # fix --write cases whose second edit cannot be written: model folder -> (its
         # generation_config.json, the serving file, the serving file's bytes) before the run
         self.watched: dict[str, tuple[bytes, Path, bytes]] = {}
+        self.servers: dict[str, object] = {}  # mode -> a running tests.hostile_server.HostileServer
+
+    def server_case(self) -> Case:
+        from tests.hostile_server import HostileServer
+
+        rng = self.rng
+        mode = rng.choice(SERVER_MODES)
+        if mode not in self.servers:
+            self.servers[mode] = HostileServer(mode)
+        args = ["generate", str(self.clean), "-m", "user", "hi", "--server", self.servers[mode].url,
+                "--server-timeout", str(rng.choice([1, 3]))]
+        args += ["--stream"] if rng.random() < 0.5 else []
+        args += ["--server-model", "m"] if rng.random() < 0.7 else []
+        args += ["--json"] if rng.random() < 0.3 else []
+        return Case("server", args, f"{mode} {' '.join(a for a in args if a.startswith('--'))}")
+
+    def stop_servers(self) -> None:
+        for server in self.servers.values():
+            server.stop()
 
     def _copy(self) -> Path:
         self.count += 1
@@ -253,7 +276,7 @@ class HostileGenerator(Generator):
 
     def cases(self, count: int) -> list[Case]:
         makers = [self.generate_case, self.sandbox_case, self.gguf_table_case, self.logs_case, self.labels_case,
-                  self.args_case, self.writes_case, self.tokenizer_case]
+                  self.args_case, self.writes_case, self.tokenizer_case, self.server_case]
         # Every kind at least once, then at random.
         return [maker() for maker in makers][:count] + [self.rng.choice(makers)() for _ in range(count - len(makers))]
 
@@ -292,8 +315,11 @@ def fuzz_hostile(count: int, seed: int, jobs: int = 2, keep: Path | None = None,
     os.environ["STOPDOCTOR_THREADS"] = "1000000000"  # an OpenMP thread count that would abort, if ever used
     try:
         generator = HostileGenerator(seed, work)
-        cases = generator.cases(count)
-        report = fuzz.run_cases(cases, work, jobs, progress)
+        try:
+            cases = generator.cases(count)
+            report = fuzz.run_cases(cases, work, jobs, progress)
+        finally:
+            generator.stop_servers()
         report.partial_writes = partial_writes(generator.watched)
         return report
     finally:

@@ -47,39 +47,69 @@ class FixPlan:
         return "".join(edit.diff() for edit in self.edits)
 
     def write(self, backup: bool = False) -> None:
-        """Every edit or none: each target is checked, each new text staged in a temporary file
-        beside its target, and only then are they renamed into place. A failure while staging
-        removes what was staged; a failure while renaming puts back the files already replaced.
-        `backup` keeps each old file as FILE.bak first. An edit that writes itself (a GGUF's
-        metadata, `actions.gguf_edit`, atomic on its own) runs once every text edit is staged."""
+        """Every edit or none (`stage`, then `StagedPlan.commit`)."""
+        staged = self.stage(backup)
+        try:
+            staged.commit()
+        finally:
+            staged.discard()
+
+    def stage(self, backup: bool = False) -> StagedPlan:
+        """Check every target and write every new file beside it, changing nothing yet: each target
+        a regular file reached by no link, no FILE.bak in the way with `backup`, each new text (and
+        a GGUF's new bytes, `actions.gguf_edit`) staged in a temporary file, flushed. Whatever
+        refuses (a link, an earlier backup, a read-only folder, a full disk, a GGUF the editor
+        cannot rewrite exactly) refuses here, before anything is changed or printed."""
         for edit in self.edits:
             refuse_linked(edit.path)
-        texts = [edit for edit in self.edits if not hasattr(edit, "write")]
+            backup_path = edit.path.with_name(edit.path.name + ".bak")
+            if backup and os.path.lexists(backup_path) and edit.path.exists():
+                raise InputError(f"{backup_path} already exists (move the earlier backup away); nothing was changed")
         staged: list[tuple[FileEdit, Path]] = []
         try:
-            for edit in texts:
-                staged.append((edit, stage(edit.path, edit.after)))
             for edit in self.edits:
-                if hasattr(edit, "write"):
-                    edit.write(backup)
+                staged.append((edit, edit.stage() if hasattr(edit, "stage") else stage(edit.path, edit.after)))
         except BaseException:
             for _, temp in staged:
                 temp.unlink(missing_ok=True)
             raise
+        # An edit that cannot be undone from its old text (a GGUF's bytes) is renamed last: when a
+        # rename before it fails, the files already replaced are put back and it is never touched.
+        staged.sort(key=lambda pair: hasattr(pair[0], "stage"))
+        return StagedPlan(tuple(staged), backup)
+
+
+@dataclass
+class StagedPlan:
+    """Every new file written beside its target; `commit` renames them into place, all or none."""
+
+    staged: tuple[tuple[FileEdit, Path], ...]
+    backup: bool
+
+    def commit(self) -> None:
+        """Rename each staged file over its target (keeping FILE.bak first with `backup`). A failure
+        (an immutable file, a backup the disk refuses) puts back the files already replaced, removes
+        the backups made, and says nothing was changed."""
         replaced: list[FileEdit] = []
-        for edit, temp in staged:
+        backups: list[Path] = []
+        for edit, temp in self.staged:
             try:
-                if backup and edit.path.exists():
-                    keep_backup(edit.path)
+                if self.backup and edit.path.exists():
+                    backups.append(keep_backup(edit.path))
                 os.replace(temp, edit.path)
             except (OSError, InputError) as exc:
-                for _, rest in staged:
-                    rest.unlink(missing_ok=True)
                 for done in reversed(replaced):
                     _restore(done)
+                for made in backups:
+                    made.unlink(missing_ok=True)
                 why = exc.message if isinstance(exc, InputError) else (exc.strerror or exc)
                 raise InputError(f"cannot write {edit.path}: {why}; nothing was changed") from exc
             replaced.append(edit)
+
+    def discard(self) -> None:
+        """Remove what was staged and not renamed (after a failure, or instead of a commit)."""
+        for _, temp in self.staged:
+            temp.unlink(missing_ok=True)
 
 
 def _restore(edit: FileEdit) -> None:
@@ -99,7 +129,7 @@ def keep_backup(path: Path) -> Path:
     overwrite an earlier backup."""
     backup = path.with_name(path.name + ".bak")
     if os.path.lexists(backup):
-        raise InputError(f"{backup} already exists; nothing was changed", "move the earlier backup away and run fix again")
+        raise InputError(f"{backup} already exists (move the earlier backup away); nothing was changed")
     try:
         os.link(path, backup)
     except OSError:

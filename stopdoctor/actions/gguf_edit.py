@@ -15,6 +15,8 @@ Imports: core, facts.gguf (value types), actions.edits (link checks, backups).
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import struct
 from dataclasses import dataclass
@@ -102,8 +104,15 @@ def read_layout(path: Path) -> MetadataLayout:
         start = pos
         skip_value(value_type)
         values[key] = (value_type, start, pos)
-        if key == "general.alignment" and value_type in _INT_TYPES:
-            alignment = struct.unpack_from(_INT_TYPES[value_type], data, start)[0]
+        if key == "general.alignment":
+            # The spec's type is uint32, and llama.cpp refuses any other; a reader that takes a
+            # BOOL or an int8 as a number pads otherwise than this editor: refuse, never guess.
+            if value_type != GGUFValueType.UINT32:
+                raise InputError(f"{path}: general.alignment is typed {_type_name(value_type)}, not UINT32 (the GGUF spec's "
+                                 "type); readers disagree on its padding, so it is not edited")
+            alignment = struct.unpack_from("<I", data, start)[0]
+            if alignment <= 0 or alignment & (alignment - 1):
+                raise InputError(f"{path}: general.alignment {alignment} is not a power of two; not edited")
     kv_end = pos
     for _ in range(tensor_count):
         skip_string()
@@ -143,16 +152,26 @@ class GgufKeyEdit:
     def write(self, backup: bool = False) -> None:
         set_int_key(self.path, self.key, self.new, backup)
 
+    def stage(self) -> Path:
+        """The new file written beside the GGUF, not yet renamed over it (`actions.edits.FixPlan`)."""
+        return stage_int_key(self.path, self.key, self.new)
+
 
 def set_int_key(path: Path, key: str, value: int, backup: bool = False) -> None:
     """Write `key` = `value` into the GGUF at `path`, atomically; the tensor data is copied
     unchanged. An existing key keeps its integer type (the value must fit it); a new key is a
     uint32, as gguf-py writes token ids."""
+    replace_with(stage_int_key(path, key, value), path, backup)
+
+
+def stage_int_key(path: Path, key: str, value: int) -> Path:
+    """`set_int_key`'s new file, staged beside `path` (a temporary file, flushed): every refusal
+    comes before anything is written."""
     refuse_linked(path)
     layout = read_layout(path)
     existing = layout.values.get(key)
     if existing is not None and existing[0] not in _INT_TYPES:
-        raise InputError(f"{path}: {key} is not an integer key (type {existing[0]}); not edited")
+        raise InputError(f"{path}: {key} is typed {_type_name(existing[0])}, not an integer; not edited")
     fmt = _INT_TYPES[existing[0]] if existing is not None else "<I"
     try:
         packed = struct.pack(fmt, value)
@@ -168,7 +187,14 @@ def set_int_key(path: Path, key: str, value: int, backup: bool = False) -> None:
             else:
                 _write_added(source, handle, layout, key, packed)
 
-    replace_with(stage_with(path, write, binary=True), path, backup)
+    return stage_with(path, write, binary=True)
+
+
+def _type_name(value_type: int) -> str:
+    try:
+        return GGUFValueType(value_type).name
+    except ValueError:
+        return f"type {value_type}"
 
 
 def _write_added(source, target, layout: MetadataLayout, key: str, packed: bytes) -> None:
@@ -185,14 +211,45 @@ def _write_added(source, target, layout: MetadataLayout, key: str, packed: bytes
 
 
 def _copy(source, target, start: int, end: int) -> None:
-    source.seek(start)
-    left = end - start
-    while left > 0:
-        chunk = source.read(min(COPY_CHUNK, left))
-        if not chunk:
-            raise InputError(f"{source.name}: the file ended early while copying")
-        target.write(chunk)
-        left -= len(chunk)
+    """Bytes `start`..`end` of `source` appended to `target`, keeping holes holes: a sparse GGUF
+    (tensor data never written) stays sparse, not gigabytes of zeros on disk. Holes are found with
+    SEEK_DATA/SEEK_HOLE where the file system has them, and a block of zeros is skipped, not written;
+    the file is extended to its length at the end."""
+    pos = start
+    while pos < end:
+        data, hole = _data_run(source, pos, end)
+        if data > pos:
+            target.seek(data - pos, os.SEEK_CUR)
+            pos = data
+        while pos < hole:
+            # pread: lseek(SEEK_DATA) moved the descriptor under the buffered reader's feet
+            chunk = os.pread(source.fileno(), min(COPY_CHUNK, hole - pos), pos)
+            if not chunk:
+                raise InputError(f"{source.name}: the file ended early while copying")
+            if chunk.count(0) == len(chunk):
+                target.seek(len(chunk), os.SEEK_CUR)
+            else:
+                target.write(chunk)
+            pos += len(chunk)
+    target.truncate()  # the length, when the copy ended in a hole (truncate extends: no bytes written)
+
+
+def _data_run(source, pos: int, end: int) -> tuple[int, int]:
+    """(where data starts at or after `pos`, where that run of data ends), both at most `end`;
+    (pos, end) where the file system cannot tell holes."""
+    try:
+        data = os.lseek(source.fileno(), pos, os.SEEK_DATA)
+    except OSError as error:
+        if error.errno == errno.ENXIO:  # only a hole from here to the end of the file
+            return end, end
+        return pos, end
+    if data >= end:
+        return end, end
+    try:
+        hole = os.lseek(source.fileno(), data, os.SEEK_HOLE)
+    except OSError:
+        hole = end
+    return data, min(max(hole, data + 1), end)
 
 
 def data_section_digest(path: Path) -> str:

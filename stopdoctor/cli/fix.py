@@ -44,7 +44,7 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     """(exit code, plan, written, remaining). `quiet`: the diff goes into the JSON document, not on stdout."""
     from stopdoctor.api import inspect_model, read_serving, serving_findings
     from stopdoctor.config import apply, load_settings
-    from stopdoctor.fix import plan_fixes, remaining_findings
+    from stopdoctor.fix import plan_fixes
 
     settings = load_settings()  # check's select/ignore/severities and fail-on: the same verdict as check
 
@@ -56,6 +56,30 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
 
     config, result, failing = judged()
     plan = plan_fixes(result.analysis, config)
+    staged = _staged(plan, result, backup) if write and plan.edits else None
+    try:
+        return _report(plan, staged, judged, failing, settings, quiet)
+    finally:
+        if staged is not None:
+            staged.discard()
+
+
+def _staged(plan, result, backup: bool):
+    """Every new file written beside its target, before anything is printed: each refusal (a link, a
+    FILE.bak in the way, a full disk, a GGUF the editor will not rewrite) is one line, nothing changed."""
+    from stopdoctor.core.errors import InputError
+
+    # a hub model's files are the shared cache: plan_fixes plans no edit there (a note instead)
+    try:
+        return plan.stage(backup=backup)
+    except InputError as error:  # one line: what was refused, and what to do
+        raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
+
+
+def _report(plan, staged, judged, failing, settings, quiet: bool):
+    """Say what remains, show the diff, and with `staged` rename the staged files into place."""
+    from stopdoctor.fix import remaining_findings
+
     remaining = remaining_findings(failing, plan)
     told = {f.code for f in remaining}
     for note in plan.notes:
@@ -77,10 +101,10 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
         emit(plan.diff())
     for edit in plan.edits:
         say(f"{edit.label}: {edit.reason}")
-    if not write:
+    if staged is None:
         say("run again with --write to apply")
         return 1, plan, False, remaining
-    plan.write(backup=backup)
+    staged.commit()
     shown = {(f.code, f.message) for f in remaining}
     remaining = judged()[2]  # what check now says of the written files, not what the plan expected
     for finding in remaining:

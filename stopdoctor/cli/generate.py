@@ -64,6 +64,7 @@ def generate(
     server: Annotated[str | None, typer.Option("--server", help="An OpenAI-compatible server URL (vLLM, TGI, llama.cpp, Ollama, transformers serve).")] = None,
     route: Annotated[str | None, typer.Option("--route", help="Server route: chat or completions (default: chat for templated prompts).")] = None,
     server_model: Annotated[str | None, typer.Option("--server-model", help="Model name to send to the server (default: the one it serves).")] = None,
+    server_timeout: Annotated[float, typer.Option("--server-timeout", metavar="SECONDS", help="With --server: the most each request may take, connect to last byte (a server that never answers or drips its answer is cut off).")] = 300.0,
     stream: Annotated[bool, typer.Option("--stream", help="With --server: also stream the request and check the reassembled stream against the answer (held-back stop strings, flush at the end, split UTF-8, special-token tails).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print every step: id, token text, special or not.")] = False,
     fragment_test: Annotated[bool, typer.Option("--fragment-test", help="Quick base-vs-instruct test by behaviour.")] = False,
@@ -91,6 +92,8 @@ def generate(
     if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
         raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
                          hint="an instruct model needs room to finish its answer before the verdict means anything")
+    if not (math.isfinite(server_timeout) and 0 < server_timeout <= 86400):
+        raise InputError("--server-timeout must be a number of seconds in (0, 86400]")
     if stream and server is None:
         raise InputError("--stream needs --server URL", hint="streaming is checked on a server's answer")
     if stream and fragment_test:
@@ -114,7 +117,8 @@ def generate(
                                thinking=thinking, stops=stops, stop_ids=stop_id or [], stop_strings=stop or [],
                                max_new_tokens=max_new_tokens, local=server is None, fragment=fragment_test)
     if server is not None:
-        engine = api.server_engine(plan, server, model, route=route, model_name=server_model, stream=stream)
+        engine = api.server_engine(plan, server, model, route=route, model_name=server_model, stream=stream,
+                                   timeout=server_timeout)
     else:
         with working(f"loading {model} with transformers…") as status:
             engine = api.local_engine(plan, device=device, allow_pickle=allow_pickle, progress=status.update)

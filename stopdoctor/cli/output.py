@@ -19,12 +19,12 @@ def say(message: str) -> None:
     from the progress timer and the command never interleave. Control characters (a template's
     escape sequences in an error) are shown as escapes, and a line is never longer than a screenful."""
     from stopdoctor.core.errors import shorten
-    from stopdoctor.reporters.plain import printable
+    from stopdoctor.reporters.plain import terminal_safe
 
     if sys.stderr is None:  # started with stderr closed (`2>&-`): nowhere to talk
         return
     try:
-        sys.stderr.write(printable(shorten(message, 4000)) + "\n")
+        sys.stderr.write(terminal_safe(shorten(message, 4000)) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed or full stderr: the exit code still says it
         pass
@@ -97,8 +97,10 @@ def emit(text: str) -> None:
     if sys.stdout is None:  # started with stdout closed (`stopdoctor rules >&-`): Python has no sys.stdout
         raise StopdoctorError("cannot write the output: stdout is closed",
                               hint="run it with stdout open, or write the report to a file with -o/--output")
+    from stopdoctor.reporters.plain import document_safe
+
     try:
-        sys.stdout.write(text)
+        sys.stdout.write(document_safe(text))
         sys.stdout.flush()
     except OSError as error:  # a full disk, a closed pipe: the environment's fault, not a bug
         _discard_stdout()
@@ -147,7 +149,9 @@ def write_document(text: str, output: Path | None, what: str) -> None:
                          hint="give -o a file name (an existing file is replaced)")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        from stopdoctor.reporters.plain import document_safe
+
+        output.write_text(document_safe(text), encoding="utf-8")
     except OSError as error:
         raise InputError(f"{output}: cannot write: {error.strerror or error}") from None
     say(f"stopdoctor: wrote {what} to {output}")

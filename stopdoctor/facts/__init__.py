@@ -1,1 +1,1 @@
-"""What the files say: resolve a model spec, read HF files, GGUF and safetensors headers, serving configs; each value with its file, key and line. Imports core."""
+"""What the files say: resolve a model spec, read HF files, GGUF and safetensors headers, serving configs; each value with its file, key and line; and the one bounded client for OpenAI-compatible servers (`http_client`). Imports core."""

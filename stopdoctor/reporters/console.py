@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.segment import Segment
 
-from stopdoctor.reporters.plain import printable
+from stopdoctor.reporters.plain import no_workflow_commands, printable
 
 
 class _SafeConsole(Console):
@@ -23,9 +23,11 @@ class _SafeConsole(Console):
     control segments are added after, so colour still works)."""
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
+        # Per line, after wrapping: a hostile name wrapped or split onto its own line must not
+        # start it with a workflow command either.
+        return no_workflow_commands(super()._render_buffer(
             segment if segment.control else Segment(printable(segment.text), segment.style, segment.control)
-            for segment in buffer)
+            for segment in buffer))
 
 
 def make_console(color: bool | None = None, width: int | None = None, stderr: bool = False) -> Console:

@@ -28,7 +28,7 @@ class Options:
 
 
 def _human(report: Report, options: Options) -> str:
-    from stopdoctor.reporters.plain import printable
+    from stopdoctor.reporters.plain import terminal_safe
     from stopdoctor.reporters.human import render_inspect_human
 
     subject = report.subjects[0]
@@ -55,7 +55,7 @@ def _human(report: Report, options: Options) -> str:
             parts.append(render_live_human(subject.live, options.color, options.width))
         if subject.error is not None and subject.result is None:
             hint = f"\nhint: {subject.error.hint}" if subject.error.hint else ""
-            parts.append(printable(f"stopdoctor {report.command} {subject.name[:80]}\n"
+            parts.append(terminal_safe(f"stopdoctor {report.command} {subject.name[:80]}\n"
                                    f"  could not check it: {subject.error_line}{hint}\n"))
     return "\n".join(parts)
 

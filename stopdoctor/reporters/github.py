@@ -1,7 +1,7 @@
 """GitHub Actions workflow commands for `stopdoctor check --format github`: one annotation per
 finding (`::error file=…,line=…,title=SD101 end-of-turn-not-a-stop-id::message`), and one per
 model or serving file that could not be read. Info findings become notices.
-Any command's `Report`. Imports: core, reporters.sarif (locations). Never prints.
+Any command's `Report`. Imports: core, reporters.sarif (locations), reporters.plain. Never prints.
 """
 
 from __future__ import annotations
@@ -9,14 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from stopdoctor.core.findings import Report, Severity
+from stopdoctor.reporters.plain import printable
 from stopdoctor.reporters.sarif import locate, relative_uri
 
 COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
 def escape_data(text: str) -> str:
-    """The message part: %, CR and LF must be escaped or the command ends early."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """The message part, escaped as GitHub's toolkit does (%, CR and LF, or the command ends early
+    and the next line is read as a command of its own); other controls, escape sequences and
+    bidi overrides shown as escapes first (`\\x1b`)."""
+    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:

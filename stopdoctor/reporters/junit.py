@@ -3,17 +3,28 @@ check that ran on it. A finding at or above fail-on is a <failure>; findings bel
 the testcase's <system-out> (the case passes); a model or serving file that could not be read is a
 testcase with an <error>, so a CI dashboard shows it rather than a green suite.
 Any command's `Report` (check, inspect, labels, logs).
-Imports: core, rules (the registry), reporters.sarif (locations). Never prints.
+Imports: core, rules (the registry), reporters.sarif (locations), reporters.plain. Never prints.
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.core.findings import Finding, Report, Subject
+from stopdoctor.reporters.plain import printable
 from stopdoctor.reporters.sarif import locate, relative_uri
+
+# What XML 1.0 allows (its `Char` production); everything else makes the document unreadable.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """Untrusted text for an XML document: controls, escape sequences and bidi overrides shown as
+    escapes (`\\x1b`), and what XML 1.0 forbids (lone surrogates, U+FFFE/U+FFFF) dropped."""
+    return _NOT_XML.sub("", printable(text))
 
 
 def _where(model: Subject, finding: Finding, base: Path) -> str:
@@ -71,5 +82,9 @@ def render_junit(report: Report, base: Path) -> str:
     root.extend(suites)
     for attribute in ("tests", "failures", "errors"):
         root.set(attribute, str(sum(int(s.get(attribute)) for s in suites)))
+    for element in root.iter():  # every text and attribute: XML 1.0 forbids most controls
+        element.text = xml_text(element.text) if element.text is not None else None
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

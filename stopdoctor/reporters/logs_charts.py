@@ -3,15 +3,16 @@ budget is what truncation looks like), the share of `length` per max_tokens valu
 reasons over time. In the terminal as small rich sparklines; as `--html FILE`, one
 self-contained page of inline SVG (no script, no network fetch). Pure functions; never prints.
 
-Imports: reporters (the human report's console), the logs report's chart data (duck-typed).
+Imports: reporters (the human report's console, plain's HTML escaping), the logs report's chart data (duck-typed).
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from rich.markup import escape
+
+from stopdoctor.reporters.plain import html_isolated, html_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 COLOURS = {"stop": "#2e7d32", "length": "#c62828", "tool_calls": "#1565c0", "content_filter": "#6a1b9a",
@@ -71,9 +72,9 @@ def _bars(title: str, values: list[tuple[str, int, str]], width: int = 640, heig
     for i, (label, value, colour) in enumerate(values):
         h = value / top * (height - 20)
         rects.append(f'<rect class="bar" data-value="{value}" x="{i * step + 1:.1f}" y="{height - h:.1f}" '
-                     f'width="{max(1.0, step - 2):.1f}" height="{h:.1f}" fill="{colour}"><title>{html.escape(label)}: '
+                     f'width="{max(1.0, step - 2):.1f}" height="{h:.1f}" fill="{colour}"><title>{html_text(label)}: '
                      f'{value:,}</title></rect>')
-    return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
+    return (f'<figure><figcaption>{html_text(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>{"".join(rects)}</svg></figure>')
 
@@ -87,12 +88,12 @@ def _stacked(title: str, rows: list[tuple[str, dict[str, int]]], width: int = 64
         for finish, value in counts.items():
             h = value / top * (height - 20)
             y -= h
-            rects.append(f'<rect class="bar" data-finish="{html.escape(finish)}" data-value="{value}" x="{i * step + 1:.1f}" '
+            rects.append(f'<rect class="bar" data-finish="{html_text(finish)}" data-value="{value}" x="{i * step + 1:.1f}" '
                          f'y="{y:.1f}" width="{max(1.0, step - 2):.1f}" height="{h:.1f}" '
-                         f'fill="{COLOURS.get(finish, "#607d8b")}"><title>{html.escape(label)} {html.escape(finish)}: '
+                         f'fill="{COLOURS.get(finish, "#607d8b")}"><title>{html_text(label)} {html_text(finish)}: '
                          f'{value:,}</title></rect>')
     legend = " ".join(f'<span style="color:{c}">■ {f}</span>' for f, c in COLOURS.items())
-    return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
+    return (f'<figure><figcaption>{html_text(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>{"".join(rects)}</svg>'
             f'<div class="legend">{legend}</div></figure>')
@@ -101,9 +102,9 @@ def _stacked(title: str, rows: list[tuple[str, dict[str, int]]], width: int = 64
 def render_logs_html(result: Any) -> str:
     """One self-contained page: the counts, the problems and the pictures (inline SVG only)."""
     report = result.report
-    parts = [f"<h1>stopdoctor logs</h1><p>{html.escape(', '.join(report.files))}: {report.lines:,} lines, "
+    parts = [f"<h1>stopdoctor logs</h1><p>{', '.join(html_isolated(f) for f in report.files)}: {report.lines:,} lines, "
              f"{report.responses:,} responses</p>",
-             "<h2>finish_reason</h2><p>" + ", ".join(f"{html.escape(k)} {v:,}" for k, v in report.finish.items()) + "</p>"]
+             "<h2>finish_reason</h2><p>" + ", ".join(f"{html_isolated(k)} {v:,}" for k, v in report.finish.items()) + "</p>"]
     charts = report.charts
     if charts is not None:
         parts.append('<h2>Output tokens against max_tokens</h2><p>Each bar a twentieth of the budget; the red bar '
@@ -121,10 +122,10 @@ def render_logs_html(result: Any) -> str:
     if charts is not None and charts.timeline is not None:
         parts.append(f'<h2>Finish reasons over time</h2><div class="chart timeline">'
                      f'{_stacked(f"per {charts.timeline.bucket} (UTC), {charts.timeline.rows[0][0]} … {charts.timeline.rows[-1][0]}", list(charts.timeline.rows))}</div>')
-    rows = "".join(f"<tr><td>{html.escape(p.key)}</td><td>{p.count:,}</td><td>{p.share * 100:.1f}%</td></tr>"
+    rows = "".join(f"<tr><td>{html_isolated(p.key)}</td><td>{p.count:,}</td><td>{p.share * 100:.1f}%</td></tr>"
                    for p in report.problems.values())
     parts.append(f"<h2>Problems</h2><table><tr><th>problem</th><th>count</th><th>share</th></tr>{rows}</table>")
-    findings = "".join(f"<li>{html.escape(f.code)} {html.escape(f.name)}: {html.escape(f.message)}</li>" for f in result.findings)
+    findings = "".join(f"<li>{html_text(f.code)} {html_text(f.name)}: {html_isolated(f.message)}</li>" for f in result.findings)
     parts.append(f"<h2>Findings</h2><ul>{findings or '<li>none</li>'}</ul>")
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}figure{margin:1em 0}"
              "figcaption{font-size:.9em;color:#444}table{border-collapse:collapse}td,th{padding:.2em .8em;"

@@ -8,16 +8,14 @@ Imports: core, facts, analysis (the generation data classes), actions.generate.r
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, FINISH_REPETITION, FINISH_STOP, Generation, StopCause
 from stopdoctor.core.errors import InputError
+from stopdoctor.facts.http_client import Limits, ServerRejected, request_json
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
 
@@ -46,32 +44,18 @@ class ServerEngine:
         return base if base.endswith("/v1") else base + "/v1"
 
     def _request(self, path: str, body: dict | None = None) -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self._base() + path, data=data,
-                                         headers={"Content-Type": "application/json"} if data else {})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read().decode("utf-8"))
-        except urllib.error.HTTPError as error:
-            detail = error.read().decode("utf-8", "replace")[:500]
-            raise ServerRejected(error.code, detail) from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:  # incl. InvalidURL, a cut reply
-            reason = getattr(error, "reason", error)
-            raise InputError(f"{self.url}: cannot reach the server: {reason}",
-                             hint="check --server (e.g. http://127.0.0.1:8000) and that the server is up") from None
-        except json.JSONDecodeError:
-            raise InputError(f"{self.url}{path}: the server did not answer with JSON") from None
-        except ValueError as error:  # urllib: a URL it cannot use
-            raise InputError(f"{self.url}: {error}") from None
+        return request_json(self._base() + path, body, Limits(seconds=self.timeout))
 
     def pick_model(self, spec: str, root: Path | None) -> str:
         """The model name to send: --server-model, else the served model matching MODEL, else the only one."""
         if self.model_name:
             return self.model_name
         try:
-            served = [m.get("id") for m in self._request("/models").get("data", []) if isinstance(m, dict)]
-        except (ServerRejected, InputError):
-            served = []
+            listed = self._request("/models")
+        except ServerRejected:  # no /models route: send MODEL as given
+            listed = {}
+        data = listed.get("data") if isinstance(listed, dict) else None
+        served = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(data, list) else []
         wanted = {spec, str(root) if root else spec, Path(spec).name}
         match = next((m for m in served if m in wanted), None)
         self.model_name = match or (served[0] if len(served) == 1 else spec)
@@ -104,14 +88,12 @@ class ServerEngine:
             reply = self._request(path, body)
         except ServerRejected as error:
             if "stop_token_ids" not in body or "stop_token_ids" not in error.detail:
-                raise InputError(f"the server refused the request (HTTP {error.code}): {error.detail}") from None
-            # Servers other than vLLM reject unknown fields; say so rather than fail.
+                raise
+            # Servers other than vLLM reject unknown fields; say so rather than fail. Once: a
+            # server that refuses again is refused (never a loop of retries).
             del body["stop_token_ids"]
             rejected.append("stop_token_ids")
-            try:
-                reply = self._request(path, body)
-            except ServerRejected as again:
-                raise InputError(f"the server refused the request (HTTP {again.code}): {again.detail}") from None
+            reply = self._request(path, body)
         choice = _first_choice(reply)
         reasoning: tuple[str, str] | None = None
         if route == "chat":
@@ -123,12 +105,13 @@ class ServerEngine:
         if text is not None and not isinstance(text, str):
             raise InputError(f"{self.url}{path}: the server's reply has no text in choices[0]")
         text = text or ""
-        finish = choice.get("finish_reason")
-        stop_reason = choice.get("stop_reason", choice.get("matched_stop"))
+        finish = _reason(choice.get("finish_reason"))
+        stop_reason = _reason(choice.get("stop_reason", choice.get("matched_stop")))
+        usage = _usage(reply.get("usage"))
         cause = _server_cause(finish, stop_reason, stops, self.facts)
         server = {
             "url": self.url, "route": route, "model": self.model_name,
-            "finish_reason": finish, "stop_reason": stop_reason, "usage": reply.get("usage"),
+            "finish_reason": finish, "stop_reason": stop_reason, "usage": usage,
             "sent": {k: body[k] for k in ("stop", "stop_token_ids") if k in body},
             "rejected_fields": rejected,
         }
@@ -140,9 +123,38 @@ class ServerEngine:
             capture = read_stream(self._base() + path, body, route == "chat", self.timeout)
             specials = tuple(sorted(self.facts.vocab.special_tokens)) if self.facts is not None else ()
             server["stream"] = stream_document(capture, stream_issues(capture, text, tuple(body.get("stop", ())), specials))
-        usage = reply.get("usage") or {}
+        prompt_tokens = (usage or {}).get("prompt_tokens")
         return Generation(finish if finish in (FINISH_STOP, FINISH_LENGTH) else cause.finish_reason, cause, text, (),
-                          prompt.text, usage.get("prompt_tokens"), server)
+                          prompt.text, prompt_tokens if isinstance(prompt_tokens, int) else None, server)
+
+
+# A finish or stop reason is a short word or a token id; a server's is untrusted: anything else is
+# dropped, and a string is cut (reporters neutralise what it holds where they write it).
+MAX_REASON_CHARS = 200
+
+
+def _reason(value: Any) -> str | int | None:
+    if isinstance(value, str):
+        return value[:MAX_REASON_CHARS]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage(value: Any) -> dict[str, Any] | None:
+    """The server's `usage` with only its token counts (numbers, and objects of numbers such as
+    `prompt_tokens_details`); None when it is not an object."""
+    if not isinstance(value, dict):
+        return None
+
+    def number(item: Any) -> bool:
+        return isinstance(item, int) and not isinstance(item, bool) or isinstance(item, float) and item == item and abs(item) != float("inf")
+
+    kept: dict[str, Any] = {}
+    for key, item in list(value.items())[:32]:
+        if number(item):
+            kept[key[:64]] = item
+        elif isinstance(item, dict):
+            kept[key[:64]] = {k[:64]: v for k, v in list(item.items())[:32] if number(v)}
+    return kept
 
 
 def _reasoning_field(message: Any) -> tuple[str, str] | None:
@@ -154,13 +166,6 @@ def _reasoning_field(message: Any) -> tuple[str, str] | None:
         if isinstance(value, str) and value:
             return name, value
     return None
-
-
-class ServerRejected(Exception):
-    def __init__(self, code: int, detail: str) -> None:
-        super().__init__(f"HTTP {code}: {detail}")
-        self.code = code
-        self.detail = detail
 
 
 def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFacts | None) -> StopCause:

@@ -12,19 +12,17 @@ and compared with the non-streamed answer. What a streaming server gets wrong:
   answer does not have (smg PR #2203).
 - `no-done`: the stream ended without `data: [DONE]`.
 
-Imports: core only (the engine passes the request and the model's special-token texts).
+Imports: core, facts.http_client (the bounded server client; the engine passes the request and the model's special-token texts).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.facts.http_client import Limits, parse_answer, stream_events
 
 MAX_STREAM_BYTES = 16 * 1024 * 1024
 MAX_CHUNKS = 100_000
@@ -50,39 +48,22 @@ class StreamIssue:
 
 
 def read_stream(url: str, body: dict, chat: bool, timeout: float) -> StreamCapture:
-    """POST `body` with `"stream": true` and read the server-sent events into a `StreamCapture`."""
-    data = json.dumps({**body, "stream": True}).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json",
-                                                              "Accept": "text/event-stream"})
+    """POST `body` with `"stream": true` and read the server-sent events into a `StreamCapture`,
+    within the client's bounds (the whole stream within `timeout` seconds, 16 MiB, 1 MiB a line)."""
     capture = StreamCapture()
-    total = 0
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            for raw in response:
-                total += len(raw)
-                if total > MAX_STREAM_BYTES or len(capture.chunks) > MAX_CHUNKS:
-                    raise InputError(f"{url}: the stream is longer than {MAX_STREAM_BYTES // 2**20} MiB or "
-                                     f"{MAX_CHUNKS} chunks", hint="lower --max-new-tokens")
-                _event(raw.decode("utf-8", "replace").strip(), capture, chat, url)
-    except urllib.error.HTTPError as error:
-        detail = error.read().decode("utf-8", "replace")[:300]
-        raise InputError(f"the server refused the streamed request (HTTP {error.code}): {detail}") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-        raise InputError(f"{url}: the stream failed: {getattr(error, 'reason', error)}") from None
+    limits = Limits(seconds=timeout, max_bytes=MAX_STREAM_BYTES)
+    for payload in stream_events(url, {**body, "stream": True}, limits):
+        if len(capture.chunks) > MAX_CHUNKS:
+            raise InputError(f"{url}: the stream holds more than {MAX_CHUNKS} chunks", hint="lower --max-new-tokens")
+        _event(payload, capture, chat, url, limits)
     return capture
 
 
-def _event(line: str, capture: StreamCapture, chat: bool, url: str) -> None:
-    if not line.startswith("data:"):
-        return  # comments, event:, id:, blank lines between events
-    payload = line[5:].strip()
+def _event(payload: str, capture: StreamCapture, chat: bool, url: str, limits: Limits) -> None:
     if payload == "[DONE]":
         capture.done = True
         return
-    try:
-        event = json.loads(payload)
-    except json.JSONDecodeError:
-        raise InputError(f"{url}: a streamed event is not JSON: {payload[:80]!r}") from None
+    event = parse_answer(payload.encode("utf-8", "surrogatepass"), f"{url}: a streamed event", limits)
     choices = event.get("choices") if isinstance(event, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return  # the usage-only chunk of stream_options.include_usage
@@ -93,8 +74,10 @@ def _event(line: str, capture: StreamCapture, chat: bool, url: str) -> None:
         if capture.finish_chunk is not None:
             capture.after_finish += text
         capture.chunks.append(text)
-    if choice.get("finish_reason") is not None and capture.finish_chunk is None:
-        capture.finish_reason = choice["finish_reason"]
+    finish = choice.get("finish_reason")
+    if finish is not None and capture.finish_chunk is None:
+        # a reason is a short word: anything else from the server is cut, not kept whole
+        capture.finish_reason = finish[:200] if isinstance(finish, str) else finish if isinstance(finish, int) else f"({type(finish).__name__})"
         capture.finish_chunk = len(capture.chunks) - 1
 
 
@@ -119,8 +102,7 @@ def stream_issues(capture: StreamCapture, answer: str, stops: tuple[str, ...], s
         boundary = _split_boundary(capture.chunks)
         issues.append(StreamIssue("split-utf8", f"{streamed.count(chr(0xFFFD)) - answer.count(chr(0xFFFD))} replacement "
                                                 f"character(s) in the stream{boundary}"))
-    inserted = [streamed[j1:j2] for op, _, _, j1, j2 in
-                difflib.SequenceMatcher(None, answer, streamed, autojunk=False).get_opcodes() if op in ("insert", "replace")]
+    inserted = _inserted(answer, streamed)
     tails = sorted({(piece, token) for piece in inserted for token in specials
                     if len(token) >= 3 and any(len(tail) >= 2 and tail in piece for tail in _tails(token))})
     for piece, token in tails[:3]:
@@ -129,6 +111,49 @@ def stream_issues(capture: StreamCapture, answer: str, stops: tuple[str, ...], s
     if not capture.done:
         issues.append(StreamIssue("no-done", "the stream ended without data: [DONE]"))
     return issues
+
+
+# difflib's matcher is quadratic: on a stream that differs from the answer all through (47 KB took
+# 157 s) only the part between the common start and end is compared, and only when it is this short.
+MAX_DIFF_CHARS = 2000
+# A special token's tail is a few characters: a long piece is searched in its first and last this many.
+MAX_PIECE_CHARS = 4096
+
+
+def _inserted(answer: str, streamed: str) -> list[str]:
+    """The pieces of `streamed` that `answer` does not have (inserted or replaced), in bounded work:
+    the common prefix and suffix set aside, difflib on what is left when it is short, else the
+    whole middle as one piece."""
+    start = _common_prefix(answer, streamed)
+    end = _common_prefix(answer[start:][::-1], streamed[start:][::-1])
+    a_mid = answer[start:len(answer) - end]
+    s_mid = streamed[start:len(streamed) - end]
+    if not s_mid:
+        return []
+    if len(a_mid) > MAX_DIFF_CHARS or len(s_mid) > MAX_DIFF_CHARS:
+        return [s_mid[:MAX_PIECE_CHARS], s_mid[-MAX_PIECE_CHARS:]] if len(s_mid) > MAX_PIECE_CHARS else [s_mid]
+    return [s_mid[j1:j2][:MAX_PIECE_CHARS] for op, _, _, j1, j2 in
+            difflib.SequenceMatcher(None, a_mid, s_mid, autojunk=False).get_opcodes() if op in ("insert", "replace")]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the common start of `a` and `b`: blocks compared in C, the first differing
+    block halved down to the character (linear, never a loop over every character)."""
+    n = min(len(a), len(b))
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + 4096)
+        if a[lo:hi] == b[lo:hi]:
+            lo = hi
+            continue
+        while hi - lo > 1:  # a[lo:hi] != b[lo:hi]: the first difference is in [lo, hi)
+            mid = (lo + hi) // 2
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return lo
 
 
 def _tails(token: str) -> list[str]:

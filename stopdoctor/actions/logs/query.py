@@ -32,7 +32,7 @@ from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
-from stopdoctor.actions.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_string
+from stopdoctor.actions.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                                      hint="stopdoctor logs without --show-sql counts such a line as a bad line") from None
                 raise read_error(path, str(error)) from None
             query = normalise_sql(source, vocabulary, settings.overrides, groups)
-            out.append(f"-- {' '.join(path.splitlines())}\n{_insert_sql(path, query)};\n")
+            out.append(f"-- {sql_comment(path)}\n{_insert_sql(path, query)};\n")
             out.append("-- streamed responses: each stream's chunks grouped into one answer\n"
                        + "".join(f"{statement};\n" for statement in _stream_statements(path, vocabulary)) + "\n")
         out.append("-- the normalised finish reasons\nSELECT finish, count(*) AS answers FROM rec WHERE shape IS NOT NULL "

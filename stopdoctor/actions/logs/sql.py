@@ -29,9 +29,24 @@ def _path(root: str, suffix: str) -> str:
     return "$" + suffix if root == "$" else root + suffix
 
 
+# Characters a printed script must not carry raw (`--show-sql` on a terminal): controls, line
+# breaks, escape sequences, bidi overrides. In a literal they become `chr(N)`, the same string.
+_RAW_UNSAFE = re.compile("([\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069])")
+
+
+def sql_comment(text: str) -> str:
+    """`text` for a `--` comment line: what must not be printed raw shown as an escape (`\\x1b`)."""
+    return _RAW_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) <= 0xFF else f"\\u{ord(m.group()):04x}", text)
+
+
 def sql_string(text: str) -> str:
-    """`text` as a SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
+    """`text` as a SQL string literal (a constant expression `'a' || chr(27) || 'b'` when it holds
+    a character that must not be printed raw)."""
+    if not _RAW_UNSAFE.search(text):
+        return "'" + text.replace("'", "''") + "'"
+    pieces = [f"chr({ord(part)})" if i % 2 else "'" + part.replace("'", "''") + "'"
+              for i, part in enumerate(_RAW_UNSAFE.split(text)) if part]
+    return "(" + " || ".join(pieces) + ")"
 
 
 def _sql_regex(pattern: str) -> str:
