@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.llamaserver import LlamaServerError, choose_variant, ensure_server, wheel_bin_dir
+from tests.helpers import stop_server
 
 ZEN2 = "EPYC-Rome"  # AVX2, FMA, F16C, BMI2; no AVX-512, no AMX
 
@@ -88,12 +89,7 @@ def _ask_emulated(binary: Path, env: dict, model: Path, log: Path) -> tuple[int 
                 time.sleep(0.5)
         return process.poll(), None
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
 
 
 @pytest.mark.slow
