@@ -6,6 +6,7 @@ Pure functions over text; imports nothing from the package.
 
 from __future__ import annotations
 
+import json
 import re
 
 MAX_TEXT_CHARS = 8 * 1024 * 1024  # tokenizer.json can be large; anything bigger is not a config
@@ -35,3 +36,104 @@ def key_line(text: str | None, key: str | None) -> int | None:
 def line_at(text: str, offset: int) -> int:
     """The 1-based line of a character offset."""
     return text.count("\n", 0, offset) + 1
+
+
+# Key paths deeper than this are not recorded ("text_config.eos_token_id" is depth 2; no finding
+# names a deeper one), and a container's members past MEMBERS_RECORDED are not either: tokenizer
+# files hold 150k-entry vocabularies whose keys no finding names, and recording them would cost
+# memory in proportion to the file.
+DEPTH_RECORDED = 2
+MEMBERS_RECORDED = 4096
+
+
+def json_key_lines(text: str, depth: int = DEPTH_RECORDED) -> dict[str, int]:
+    """The 1-based line of each key path of a JSON text ("eos_token_id", "text_config.eos_token_id",
+    "chat_template[1]"), for paths up to `depth` components, as a parser sees them (a nested key
+    never stands for a top-level one). One linear pass, no regex; meant for text json.loads already
+    accepted, and never raises on text it did not: what it cannot follow it leaves out."""
+    lines: dict[str, int] = {}
+    # One frame per open container: [path, is_object, members seen, pending key path or None].
+    stack: list[list] = []
+    line = 1
+    i, end = 0, len(text)
+    expecting_key = False
+    while i < end:
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif char == '"':
+            close = _string_end(text, i + 1)
+            if close < 0:
+                break
+            if stack and stack[-1][1] and expecting_key:
+                frame = stack[-1]
+                frame[2] += 1
+                key = _unescape(text[i + 1:close])
+                path = None if key is None or frame[0] is None else f"{frame[0]}.{key}" if frame[0] else key
+                frame[3] = path
+                if path is not None and len(stack) <= depth and frame[2] <= MEMBERS_RECORDED:
+                    lines.setdefault(path, line)
+                expecting_key = False
+            else:
+                _value_start(stack, lines, line, depth)
+            line += text.count("\n", i, close)  # raw newlines cannot be in valid JSON strings; be safe
+            i = close + 1
+            continue
+        elif char in "{[":
+            path = _value_start(stack, lines, line, depth)
+            stack.append([path, char == "{", 0, None])
+            expecting_key = char == "{"
+        elif char in "}]":
+            if stack:
+                stack.pop()
+            expecting_key = False
+        elif char == ",":
+            expecting_key = bool(stack and stack[-1][1])
+        elif char not in " \t\r:":
+            _value_start(stack, lines, line, depth)
+            while i + 1 < end and text[i + 1] not in ",]}\n \t\r":  # the rest of a number or literal
+                i += 1
+        i += 1
+    return lines
+
+
+def _value_start(stack: list[list], lines: dict[str, int], line: int, depth: int) -> str | None:
+    """Called where a value starts: its key path (an object member's, or an array element's
+    "path[i]", recorded at this line), "" at the top, None for a key that could not be read."""
+    if not stack:
+        return ""
+    frame = stack[-1]
+    if frame[1]:
+        path, frame[3] = frame[3], None
+        return path
+    index = frame[2]
+    frame[2] += 1
+    if frame[0] is None:
+        return None
+    path = f"{frame[0]}[{index}]"
+    if len(stack) <= depth and index < MEMBERS_RECORDED:
+        lines.setdefault(path, line)
+    return path
+
+
+def _string_end(text: str, i: int) -> int:
+    """The index of the quote closing a JSON string whose body starts at `i`, -1 when none."""
+    while True:
+        close = text.find('"', i)
+        if close < 0:
+            return -1
+        backslashes = 0
+        while text[close - 1 - backslashes] == "\\":
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return close
+        i = close + 1
+
+
+def _unescape(body: str) -> str | None:
+    if "\\" not in body:
+        return body
+    try:
+        return json.loads(f'"{body}"')
+    except ValueError:
+        return None
