@@ -74,6 +74,8 @@ def test_json_key_lines_keeps_paths_apart(realworld):
     assert lines["text_config"] < lines["text_config.eos_token_id"]
     assert "text_config.rope_parameters.rope_type" not in lines  # deeper than recorded
     escaped = '{"a\\"b": {"c": [1,\n 2]},\n "list": [{"name": "x"},\n {"name": "y"}], "s": "\\\\"}'
+    stepped_over = '{"a": {"b": {"c": "}]{[\\"", "d": [1,\n2]}},\n"e": [[3], "]"]}'  # brackets inside strings
+    assert json_key_lines(stepped_over) == {"a": 1, "a.b": 1, "e": 3, "e[0]": 3, "e[1]": 3}
     assert json_key_lines(escaped) == {'a"b': 1, 'a"b.c': 1, "list": 3, "list[0]": 3, "list[1]": 4, "s": 4}
 
 

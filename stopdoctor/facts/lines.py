@@ -54,17 +54,19 @@ def json_key_lines(text: str, depth: int = DEPTH_RECORDED) -> dict[str, int]:
     lines: dict[str, int] = {}
     # One frame per open container: [path, is_object, members seen, pending key path or None].
     stack: list[list] = []
-    line = 1
-    i, end = 0, len(text)
+    line, counted, pos = 1, 0, 0
     expecting_key = False
-    while i < end:
+    while (token := _TOKEN.search(text, pos)) is not None:
+        i = token.start()
+        line += text.count("\n", counted, i)  # whitespace is skipped by the search, counted here
+        counted = i
         char = text[i]
-        if char == "\n":
-            line += 1
-        elif char == '"':
+        pos = token.end()
+        if char == '"':
             close = _string_end(text, i + 1)
             if close < 0:
                 break
+            pos = close + 1
             if stack and stack[-1][1] and expecting_key:
                 frame = stack[-1]
                 frame[2] += 1
@@ -76,11 +78,16 @@ def json_key_lines(text: str, depth: int = DEPTH_RECORDED) -> dict[str, int]:
                 expecting_key = False
             else:
                 _value_start(stack, lines, line, depth)
-            line += text.count("\n", i, close)  # raw newlines cannot be in valid JSON strings; be safe
-            i = close + 1
-            continue
         elif char in "{[":
             path = _value_start(stack, lines, line, depth)
+            if len(stack) >= depth or (stack and stack[-1][2] > MEMBERS_RECORDED):
+                # nothing inside is recorded: let json's C scanner step over it (a vocabulary, a
+                # rope_scaling table) instead of a Python loop
+                try:
+                    pos = _SKIPPER.raw_decode(text, i)[1]
+                except (ValueError, RecursionError):
+                    break
+                continue
             stack.append([path, char == "{", 0, None])
             expecting_key = char == "{"
         elif char in "}]":
@@ -89,12 +96,15 @@ def json_key_lines(text: str, depth: int = DEPTH_RECORDED) -> dict[str, int]:
             expecting_key = False
         elif char == ",":
             expecting_key = bool(stack and stack[-1][1])
-        elif char not in " \t\r:":
+        else:  # a number or literal
             _value_start(stack, lines, line, depth)
-            while i + 1 < end and text[i + 1] not in ",]}\n \t\r":  # the rest of a number or literal
-                i += 1
-        i += 1
     return lines
+
+
+# What the scanner stops at: a string's quote, a bracket or comma, or a whole number/literal; single
+# character classes only, so a search is linear in the text.
+_SKIPPER = json.JSONDecoder()
+_TOKEN = re.compile(r'["{}\[\],]|[^\s{}\[\],:"]+')
 
 
 def _value_start(stack: list[list], lines: dict[str, int], line: int, depth: int) -> str | None:
