@@ -1,6 +1,9 @@
 """Where a key is declared in a text file: its 1-based line, found once when the file is read, so
 that no later stage (a reporter) reads the file again to guess it.
 
+`json_key_lines` records every key path of a JSON file where the file is parsed; `key_line` looks a
+key up in other text files (TOML, YAML front matter, command lines) that have no such parser here.
+
 Pure functions over text; imports nothing from the package.
 """
 
@@ -49,8 +52,9 @@ MEMBERS_RECORDED = 4096
 def json_key_lines(text: str, depth: int = DEPTH_RECORDED) -> dict[str, int]:
     """The 1-based line of each key path of a JSON text ("eos_token_id", "text_config.eos_token_id",
     "chat_template[1]"), for paths up to `depth` components, as a parser sees them (a nested key
-    never stands for a top-level one). One linear pass, no regex; meant for text json.loads already
-    accepted, and never raises on text it did not: what it cannot follow it leaves out."""
+    never stands for a top-level one). One linear pass (a search of single-character classes, and
+    json's own scanner over what is not recorded); meant for text json.loads already accepted, and
+    never raises on text it did not: what it cannot follow it leaves out."""
     lines: dict[str, int] = {}
     # One frame per open container: [path, is_object, members seen, pending key path or None].
     stack: list[list] = []
