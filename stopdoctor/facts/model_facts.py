@@ -21,7 +21,7 @@ from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ChatTemplate, Location, ModelSource, Sourced
-from stopdoctor.facts.lines import MAX_TEXT_CHARS, key_line
+from stopdoctor.facts.lines import MAX_TEXT_CHARS, json_key_lines, key_line
 from stopdoctor.facts.resolve import resolve
 from stopdoctor.facts.vocab import Vocabulary, read_added_tokens_decoder, read_added_tokens_json, mark_declared_special, read_gguf_vocab, lone_surrogate, read_tokenizer_file
 
@@ -77,6 +77,8 @@ class ModelFacts:
     card_tags: list[str] = field(default_factory=list)
     gguf: Any = None
     notes: list[str] = field(default_factory=list)
+    # file name -> key path -> line, recorded where each JSON file is parsed (json_key_lines)
+    key_lines: dict[str, dict[str, int]] = field(default_factory=dict, repr=False, compare=False)
     _texts: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
 
     def locate(self, location: Location | None) -> Location | None:
@@ -84,15 +86,24 @@ class ModelFacts:
         (each such file read once, here, so no reporter reads it again)."""
         if location is None or location.line is not None or not location.key or location.file not in self.source.files:
             return location
-        if location.file not in self._texts:
-            path = self.source.files[location.file]
+        if location.file.endswith(".json") and location.file not in self.key_lines:
+            self.key_lines[location.file] = json_key_lines(self._text(location.file) or "")
+        if location.file in self.key_lines:
+            line = _path_line(self.key_lines[location.file], location.key)
+        else:
+            line = key_line(self._text(location.file), location.key)
+        return location if line is None else dataclasses.replace(location, line=line)
+
+    def _text(self, file: str) -> str | None:
+        """A model text file, read once (None when binary, too large or unreadable)."""
+        if file not in self._texts:
+            path = self.source.files[file]
             try:
                 small = path.suffix.lower() not in (".gguf", ".safetensors", ".bin") and path.stat().st_size <= MAX_TEXT_CHARS
-                self._texts[location.file] = path.read_text(encoding="utf-8") if small else None
+                self._texts[file] = path.read_text(encoding="utf-8") if small else None
             except (OSError, UnicodeDecodeError):
-                self._texts[location.file] = None
-        line = key_line(self._texts[location.file], location.key)
-        return location if line is None else dataclasses.replace(location, line=line)
+                self._texts[file] = None
+        return self._texts[file]
 
     # --- convenient views -------------------------------------------------------------
     def declared_for(self, role: str, file: str | None = None) -> list[DeclaredId]:
@@ -173,14 +184,34 @@ def _read_regular(path: Path, name: str, max_bytes: int, what: str) -> bytes:
     return raw
 
 
+def _path_line(lines: Mapping[str, int], key: str) -> int | None:
+    """The line of key path `key`, else of the nearest enclosing path recorded (a deeper key than
+    json_key_lines records points at its container)."""
+    path = key
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
 def load_json(path: Path, name: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    return parse_json(_json_text(path, name, max_bytes), name)
+
+
+def load_json_lines(path: Path, name: str, max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, dict[str, int]]:
+    """The parsed file and the line of each of its key paths (`json_key_lines`), read together."""
+    text = _json_text(path, name, max_bytes)
+    return parse_json(text, name), json_key_lines(text)
+
+
+def _json_text(path: Path, name: str, max_bytes: int) -> str:
     raw = _read_regular(path, name, max_bytes, "a configuration file")
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: is not UTF-8 text (byte {exc.start})") from exc
-    del raw
-    return parse_json(text, name)
 
 
 def parse_json(text: str, name: str, hint: str | None = "runtimes fail to load this file too; fix the JSON syntax") -> Any:
@@ -256,7 +287,7 @@ def load_facts(source: ModelSource) -> ModelFacts:
     for name in ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
                  "added_tokens.json", "chat_template.json"):
         if name in source.files:
-            document = load_json(source.files[name], name)
+            document, facts.key_lines[name] = load_json_lines(source.files[name], name)
             if not isinstance(document, dict):
                 raise InputError(f"{name}: expected a JSON object {{…}}, found {_shape(document)}",
                                  hint="runtimes fail to load this file too")

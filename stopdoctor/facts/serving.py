@@ -414,19 +414,18 @@ def _parse_modelfile(path: Path, text: str) -> ServingConfig:
     options: dict[str, Setting] = {}
     max_tokens = None
     for cmd, arg, line in commands:
-        key = f"{cmd} (line {line})"
         if cmd == "FROM":
-            model = Setting(arg, key)
+            model = Setting(arg, cmd, line)
         elif cmd == "TEMPLATE":
-            template = Setting(arg, key)
+            template = Setting(arg, cmd, line)
         elif cmd == "PARAMETER stop":
-            stops.append(Setting(arg, key))
+            stops.append(Setting(arg, cmd, line))
         elif cmd == "PARAMETER num_predict":
             try:
-                max_tokens = Setting(int(arg), key)
+                max_tokens = Setting(int(arg), cmd, line)
             except ValueError:
                 raise InputError(f"{path}:{line}: num_predict {arg!r} is not an integer") from None
-        options.setdefault(cmd, Setting(arg, key))
+        options.setdefault(cmd, Setting(arg, cmd, line))
     if model is None:
         raise InputError(f"{path}: a Modelfile needs a FROM line")
     _check_count(path, "PARAMETER stop", len(stops), "stop strings")

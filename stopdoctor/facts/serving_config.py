@@ -19,6 +19,7 @@ class Setting:
 
     value: Any
     key: str
+    line: int | None = None  # where the parser read it, when the parser knows (Modelfile commands)
 
 
 @dataclass(frozen=True)
@@ -39,5 +40,19 @@ class ServingConfig:
     jinja: bool = False  # llama.cpp --jinja
     options: dict[str, Setting] = field(default_factory=dict)  # every flag/key as parsed
 
-    def location(self, key: str | None = None) -> Location:
+    def location(self, key: str | Setting | None = None) -> Location:
+        """Where `key` is set: a Setting's own line as the parser recorded it, else the line of the
+        first setting read under that key, else the key looked up in the text."""
+        if isinstance(key, Setting):
+            setting, key = key, key.key
+        else:
+            setting = next((s for s in self._settings() if s.key == key and s.line is not None), None)
+        if setting is not None and setting.line is not None:
+            return Location(str(self.path), key, setting.line)
         return Location(str(self.path), key, key_line(self.text, key))
+
+    def _settings(self) -> list[Setting]:
+        single = (self.model, self.ignore_eos, self.max_tokens, self.template, self.template_name,
+                  self.generation_config, self.override_generation_config)
+        return [s for s in (*single, *self.stop, *self.stop_token_ids, *self.options.values(), *self.kv_overrides.values())
+                if s is not None]

@@ -95,6 +95,13 @@ def serving_verdict(config, findings) -> str:
     return f"[{STYLE[worst]}]{counts}[/]: {', '.join(dict.fromkeys(f.code for f in own))}"
 
 
+def _where(location) -> str:
+    """file:line then the key, so an editor or terminal can jump to the line the facts recorded."""
+    if location.line and location.key:
+        return f"{location.file}:{location.line} {location.key}"
+    return str(location)
+
+
 def print_findings(out, findings, unfinished: str | None = None) -> None:
     """The findings block every report ends with: each finding with its fix, then the counts."""
     if unfinished is not None:
@@ -102,7 +109,7 @@ def print_findings(out, findings, unfinished: str | None = None) -> None:
     elif not findings:
         out.print("[green]No findings.[/]")
     for f in findings:
-        where = f"  [dim]{escape(str(f.location))}[/]" if f.location else ""
+        where = f"  [dim]{escape(_where(f.location))}[/]" if f.location else ""
         accepted = "  [dim](baseline: accepted)[/]" if f.baseline else ""
         out.print(f"[{STYLE[f.severity]}]{f.severity.label:<7}[/] [bold]{f.code}[/] {f.name}{where}{accepted}")
         out.print(f"        {escape(f.message)}")

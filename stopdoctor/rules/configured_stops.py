@@ -76,18 +76,18 @@ def stop_inside_turn(subject: ServingInput, self: Check):
     """
     analysis, serving = subject.analysis, subject.serving
     vocab = analysis.facts.vocab
-    configured = [(s.value, s.key) for s in serving.stop if isinstance(s.value, str) and s.value]
-    configured += [(text, s.key) for s in serving.stop_token_ids if (text := vocab.text_of(s.value)) is not None]
+    configured = [(s.value, s) for s in serving.stop if isinstance(s.value, str) and s.value]
+    configured += [(text, s) for s in serving.stop_token_ids if (text := vocab.text_of(s.value)) is not None]
     ends = [(m.text, m.stop_id) for m in analysis.end_of_turn]
     if analysis.turns is None or analysis.turns.style != "next-header":
         ends = ends[-1:]  # the turn's last closing token; a next-header template needs every header
-    for text, key in configured:
+    for text, setting in configured:
         hit = inside_turn(analysis, text)
         if hit is None:
             continue
         token, why = hit
         instead = serving_stop_lines(serving.kind, ends) if ends else "stop on the end-of-turn token"
         yield self.finding(
-            f"{key} {text!r} stops inside the assistant's turn: {why}, so replies end too early",
+            f"{setting.key} {text!r} stops inside the assistant's turn: {why}, so replies end too early",
             f"remove it; {instead}",
-            serving.location(key), stop=text, token=token)
+            serving.location(setting), stop=text, token=token)

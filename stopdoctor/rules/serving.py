@@ -243,13 +243,13 @@ def serving_template_mismatch(subject: ServingInput, self: Check):
             yield self.finding(
                 f"TEMPLATE writes {', '.join(missing_vocab)}, which this model's vocabulary does not have",
                 "copy the turn markers of the model's own chat template into TEMPLATE",
-                serving.location(serving.template.key), markers=missing_vocab)
+                serving.location(serving.template), markers=missing_vocab)
             return
         if not any(end.strip() and end.strip() in go for end in model_ends):
             yield self.finding(
                 f"TEMPLATE never writes the model's end-of-turn {', '.join(sorted(model_ends))}",
                 "close each assistant turn in TEMPLATE with the model's end-of-turn marker",
-                serving.location(serving.template.key), severity=Severity.WARNING, expected=sorted(model_ends))
+                serving.location(serving.template), severity=Severity.WARNING, expected=sorted(model_ends))
             return
         headers = [h for h in analysis.turn_headers.values() if h]
         model_markers = {m for h in headers for m in MARKER.findall(h)}
@@ -258,7 +258,7 @@ def serving_template_mismatch(subject: ServingInput, self: Check):
             yield self.finding(
                 f"TEMPLATE writes {', '.join(foreign)}, which the model's own template does not",
                 "copy the turn markers of the model's own chat template into TEMPLATE",
-                serving.location(serving.template.key), severity=Severity.WARNING, markers=foreign)
+                serving.location(serving.template), severity=Severity.WARNING, markers=foreign)
         return
     mismatch = _template_mismatch(analysis, serving)
     if mismatch is None:
@@ -330,7 +330,7 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
                 yield self.finding(
                     f"stop string {setting.value!r} is the special token {token_id}: servers that skip special tokens "
                     f"in the output text (vLLM's default) never see it",
-                    f"use \"stop_token_ids\": [{token_id}]", serving.location(setting.key), stop=setting.value, id=token_id)
+                    f"use \"stop_token_ids\": [{token_id}]", serving.location(setting), stop=setting.value, id=token_id)
     if not serving.stop_token_ids:
         return
     tokenizer = _tokenizer(analysis)
@@ -342,7 +342,7 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
         token_id = setting.value
         if vocab.knows(token_id) is False:
             yield self.finding(f"stop_token_ids has {token_id}, outside the vocabulary (size {vocab.size})",
-                               "remove it", serving.location(setting.key), severity=Severity.ERROR, id=token_id)
+                               "remove it", serving.location(setting), severity=Severity.ERROR, id=token_id)
             continue
         if vocab.is_special(token_id):
             continue
@@ -354,7 +354,7 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
             yield self.finding(
                 f"stop_token_ids {token_id} is the ordinary token {text!r}; after typical text it is encoded otherwise, "
                 f"so the id misses in {probe.id_match_misses} of {len(probe.contexts)} contexts",
-                f"use the stop string {text.strip()!r} instead", serving.location(setting.key),
+                f"use the stop string {text.strip()!r} instead", serving.location(setting),
                 id=token_id, text=text, misses=probe.id_match_misses)
 
 
@@ -395,7 +395,7 @@ def stop_string_false_positive(subject: ServingInput, self: Check):
             yield self.finding(
                 f"stop string {setting.value!r} occurs {len(hits)} time(s) in {len(names)} of {len(SAMPLE_ANSWERS)} "
                 f"ordinary sample answers ({', '.join(names[:3])}): it would cut them short",
-                "stop on the end-of-turn token, or anchor the string to a line start", serving.location(setting.key),
+                "stop on the end-of-turn token, or anchor the string to a line start", serving.location(setting),
                 stop=setting.value, samples=names, example=hits[0].excerpt)
     tokenizer = _tokenizer(analysis) if serving.stop_token_ids else None
     for setting in serving.stop_token_ids:
@@ -407,7 +407,7 @@ def stop_string_false_positive(subject: ServingInput, self: Check):
             yield self.finding(
                 f"stop_token_ids {setting.value} ({tokenizer.decode([setting.value])!r}) is an ordinary token found in "
                 f"{len(ids_hit)} of {len(SAMPLE_ANSWERS)} sample answers",
-                "stop on the end-of-turn token id instead", serving.location(setting.key),
+                "stop on the end-of-turn token id instead", serving.location(setting),
                 id=setting.value, samples=ids_hit[:5])
 
 

@@ -124,7 +124,8 @@ def _serving_values(serving: ServingConfig) -> dict[str, SampledValue]:
         if value is not None and math.isfinite(value):
             if key == "top_k":
                 value = int(value)
-            out[key] = SampledValue(key, value, f"{serving.path.name} {setting.key}", serving.location(setting.key))
+            line = "" if setting.line is None else f" (line {setting.line})"
+            out[key] = SampledValue(key, value, f"{serving.path.name} {setting.key}{line}", serving.location(setting))
     return out
 
 
