@@ -15,7 +15,7 @@ from stopdoctor.rules.registry import Check, check
 
 
 def _where(example) -> Location:
-    return Location(example.file, str(example.line), example.line)  # prints as file:line
+    return Location(example.file, None, example.line)  # prints as file:line
 
 
 def _percent(share: float) -> str:
