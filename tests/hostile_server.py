@@ -8,7 +8,8 @@ endless-500, endless-line (one stream line that never ends), endless-stream (an 
 flood-stream (events as fast as they go), nested (JSON 100,000
 deep, whole or streamed), usage-list, usage-string, bad-utf8, hostile-text (escapes, workflow
 commands and bidi overrides in the answer, finish reason and model ids), loop-500 (every answer a
-500 that names stop_token_ids).
+500 that names stop_token_ids), hostile-500 (a 500 whose message is `HOSTILE`), redirect (every
+answer a 302 to this server's own /v1/models: a client that follows it loops).
 
 Imports: the standard library.
 """
@@ -29,6 +30,7 @@ class HostileServer:
         self.mode = mode
         self.drip = drip
         self.requests: list[tuple[str, dict | None]] = []
+        self.dripped = 0  # bytes sent by _drip: how long a client listened, counted in work
         self.stopping = threading.Event()
         owner = self
 
@@ -102,6 +104,11 @@ class HostileServer:
             else:
                 _send(sock, 200, b'{"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": '
                       + deep + b"}")
+        elif mode == "hostile-500":
+            _send(sock, 500, json.dumps({"error": {"message": HOSTILE}}).encode())
+        elif mode == "redirect":
+            sock.sendall(f"HTTP/1.1 302 Found\r\nLocation: {self.url}/v1/models\r\nContent-Length: 0\r\n"
+                         "Connection: close\r\n\r\n".encode())
         elif mode == "loop-500":
             _send(sock, 500, json.dumps({"error": {"message": "unknown field stop_token_ids\n::error::loop"}}).encode())
         elif path.endswith("/models"):
@@ -139,6 +146,7 @@ class HostileServer:
             if self.stopping.wait(self.drip):
                 return
             sock.sendall(data[i:i + 1])
+            self.dripped += 1
 
     def _endless(self, sock: socket.socket, block: bytes) -> None:
         sent = 0

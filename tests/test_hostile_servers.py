@@ -38,7 +38,7 @@ def generate(synth_root, server: HostileServer, *extra: str, timeout: str = "600
     ("endless-line", True, "one line of the stream is longer than 1 MiB"),
     ("nested", False, "nested more than 64 deep"),
     ("nested", True, "nested more than 64 deep"),
-    ("bad-utf8", False, "is not UTF-8"),
+    ("bad-utf8", False, "is not valid UTF-8"),
 ])
 def test_a_hostile_server_is_one_line_and_exit_2(synth_root, mode, stream, expected):
     with HostileServer(mode) as server:
@@ -146,3 +146,36 @@ def test_a_stream_line_that_trickles_meets_the_deadline():
         with pytest.raises(Exception, match="did not finish answering within 1.5 s"):
             for _ in stream_events(server.url + "/v1/chat/completions", {"stream": True}, Limits(seconds=1.5)):
                 pass
+
+
+def test_generate_reports_a_redirect_and_never_follows_it(synth_root):
+    # Following it would send the request (and any key) where the user did not point; one line instead.
+    with HostileServer("redirect") as server:
+        run = generate(synth_root, server, "--server-model", "m")
+        asked = len(server.requests)
+    one_line_exit_2(run, "redirected (HTTP 302", "does not follow redirects")
+    assert asked == 1
+
+
+def test_a_server_dripping_its_headers_meets_probe_servers_deadline():
+    # One header byte every 0.2 s (200 bytes: 40 s), each read well inside a read timeout: the
+    # whole transfer is what is bounded, headers included.
+    from stopdoctor.actions.probe_server.http import Bounds, BoundedHttp
+
+    with HostileServer("drip-headers", drip=0.2) as server:
+        with pytest.raises(Exception, match="did not finish answering within 1 s"):
+            BoundedHttp(server.url, Bounds(request_s=1.0)).get("/v1/models")
+        listened = server.dripped
+    assert listened < 100, listened  # a per-read timeout would have listened to all 200
+
+
+def test_an_error_status_line_escapes_the_servers_control_characters():
+    from stopdoctor.facts.http_client import ServerRejected, request_json
+
+    with HostileServer("hostile-500") as server:
+        with pytest.raises(ServerRejected) as caught:
+            request_json(server.url + "/v1/chat/completions", {"messages": []}, Limits(seconds=600))
+    line = str(caught.value)
+    assert caught.value.code == 500 and "\n" not in line
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 or c in "\u202e\u2066" for c in line), line
+    assert "\\x1b[2J" in line and "forged" in line  # shown, escaped

@@ -135,8 +135,8 @@ def test_a_redirect_is_one_line_never_followed():
 @pytest.mark.parametrize(("hostile", "said"), [
     ("500", "HTTP 500"),
     ("bad-utf8", "not valid UTF-8"),
-    ("endless-stream", "did not end within 2 s"),
-    ("endless-chunk", "did not end within 2 s"),
+    ("endless-stream", "did not finish answering within 2 s"),
+    ("endless-chunk", "did not finish answering within 2 s"),
 ])
 def test_a_broken_server_gets_one_line_per_probe_and_a_bounded_number_of_requests(hostile, said):
     behaviour = Behaviour(hostile=hostile)
@@ -171,28 +171,29 @@ def test_timeout_bounds_each_answer_and_a_bad_timeout_is_exit_2():
         run = cli("probe-server", url, "--timeout", "0.5", "--json")
         bad = cli("probe-server", url, "--timeout", "-1")
     doc = run.json()
-    assert run.code == 1 and "did not end within 0.5 s" in doc["probes"][1]["summary"]
+    assert run.code == 1 and "did not finish answering within 0.5 s" in doc["probes"][1]["summary"]
     assert bad.code == 2 and "--timeout" in bad.stderr
 
 
 def test_json_nested_past_the_bound_is_a_broken_server_not_a_recursion_error():
-    from stopdoctor.actions.probe_server.http import ServerBroken, parse_json
+    from stopdoctor.facts.http_client import ServerBroken, parse_json
 
-    assert parse_json('{"a": [1, {"b": "[[[["}]}', Bounds(), "GET /x") == {"a": [1, {"b": "[[[["}]}
-    with pytest.raises(ServerBroken, match="deeper than 64"):
-        parse_json("[" * 100_000 + "]" * 100_000, Bounds(), "GET /x")
-    assert parse_json("not json", Bounds(), "GET /x") is None
+    assert parse_json('{"a": [1, {"b": "[[[["}]}', Bounds().limits, "GET /x") == {"a": [1, {"b": "[[[["}]}
+    with pytest.raises(ServerBroken, match="nested more than 64 deep"):
+        parse_json("[" * 100_000 + "]" * 100_000, Bounds().limits, "GET /x")
+    assert parse_json("not json", Bounds().limits, "GET /x") is None
 
 
 @pytest.mark.parametrize("hostile", ["endless-stream", "endless-chunk"])
 def test_a_streamed_request_to_an_endless_server_ends_at_its_bound(hostile):
     from stopdoctor.actions.probe_server.client import ServerClient
-    from stopdoctor.actions.probe_server.http import BoundedHttp, ServerBroken
+    from stopdoctor.actions.probe_server.http import BoundedHttp
+    from stopdoctor.facts.http_client import ServerBroken
 
     behaviour = Behaviour(hostile=hostile)
     with standin_server(behaviour) as url:
         client = ServerClient(BoundedHttp(url, Bounds(request_s=1.0, max_bytes=1024 * 1024)), "standin-model")
-        with pytest.raises(ServerBroken, match="did not end within 1 s|longer than"):
+        with pytest.raises(ServerBroken, match="did not finish answering within 1 s|longer than"):
             client.chat_stream([{"role": "user", "content": "What is 2+2?"}], max_tokens=8)
     assert behaviour.requests == ["POST /v1/chat/completions"]
 

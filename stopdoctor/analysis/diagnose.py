@@ -365,7 +365,13 @@ def stop_string_left(generation: Generation) -> StopStringLeft | None:
     still holds: a server cuts the text before a stop string it matched, so one left in the answer
     was not matched (or not honoured), and the client is shown it."""
     sent = ((generation.server or {}).get("sent") or {}).get("stop") or ()
-    found = [(generation.text.find(stop), stop) for stop in sent if isinstance(stop, str) and stop]
+    return stop_string_in(generation.text, sent)
+
+
+def stop_string_in(text: str, stops: Sequence[object]) -> StopStringLeft | None:
+    """The stop string of `stops` met first in `text` (one a server should have cut before), if any;
+    `generate --server` and probe-server's `stop-string` judge a returned text by it."""
+    found = [(text.find(stop), stop) for stop in stops if isinstance(stop, str) and stop]
     at, stop = min(((at, stop) for at, stop in found if at >= 0), default=(-1, ""))
     return StopStringLeft(stop, at) if at >= 0 else None
 

@@ -7,7 +7,7 @@ line on the probe that met it; after `BROKEN_LIMIT` probes in a row meet it, the
 `run_probes` runs any subset by name, so `check --live` and `generate --server` can ask for the
 probes they share.
 
-Imports: core, runtimes.expected, actions.probe_server.*.
+Imports: core, facts.http_client, runtimes.expected, actions.probe_server.*.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from stopdoctor.actions.probe_server import server_probes as s
 from stopdoctor.actions.probe_server import stop_probes as t
 from stopdoctor.actions.probe_server.client import ServerClient
 from stopdoctor.actions.probe_server.probe import FAIL, SKIP, Outcome, ProbeContext, ProbeResult
-from stopdoctor.actions.probe_server.http import Bounds, BoundedHttp, Reply, ServerBroken, Transport
+from stopdoctor.actions.probe_server.http import Bounds, BoundedHttp, Transport
 from stopdoctor.actions.probe_server.identify import ServerIdentity, identify
 from stopdoctor.core.errors import InputError
+from stopdoctor.facts.http_client import Reply, ServerBroken
 from stopdoctor.runtimes.expected import EngineExpectation, expected_of
 
 BROKEN_LIMIT = 2

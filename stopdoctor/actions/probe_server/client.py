@@ -1,7 +1,7 @@
 """OpenAI-compatible requests for the probes: chat and completions, whole and streamed, always
 greedy (temperature 0, seed 0), each answer kept with its request as evidence.
 
-Imports: core, actions.probe_server.http.
+Imports: core, facts.http_client, actions.probe_server.http.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stopdoctor.actions.probe_server.http import ServerBroken, ServerRejected, Transport, parse_json
+from stopdoctor.actions.probe_server.http import Transport
+from stopdoctor.facts.http_client import ServerBroken, ServerRejected, parse_json
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -162,7 +163,7 @@ class ServerClient:
                 if payload == "[DONE]":
                     state["done"] = True
                     continue
-                event = parse_json(payload, bounds, f"POST {path}") if bounds is not None else None
+                event = parse_json(payload, bounds.limits, f"POST {path}") if bounds is not None else None
                 if not isinstance(event, dict):
                     raise ServerBroken(f"POST {path}: a streamed event is not a JSON object: {payload[:80]!r}")
                 _take(event, route, chunks, thought, state)

@@ -3,7 +3,7 @@
 Each derives what it needs (a word to stop on, an answer's tail) from a greedy answer of the same
 server, so it holds for whatever the served model says.
 
-Imports: analysis.diagnose (turn finding), actions.probe_server.probe/client.
+Imports: analysis.diagnose (turn finding, a stop string left in a text), actions.probe_server.probe/client.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext, verdict
 from stopdoctor.actions.probe_server.client import Answer
-from stopdoctor.analysis.diagnose import find_turns
+from stopdoctor.analysis.diagnose import find_turns, stop_string_in
 
 SHORT_QUESTION = "What is 2+2?"  # short known answer: any instruct model ends its turn within a sentence
 SHORT_BUDGET = 64
@@ -109,7 +109,7 @@ def _judge_stop(answer: Any, stop: str, full: str, how: str) -> str | None:
         return f"{how}: refused: {answer.error[:120]}"
     expected = full[:full.index(stop)]
     text = answer.text or ""
-    if stop in text:
+    if stop_string_in(text, (stop,)) is not None:
         return f"{how}: the stop string {stop!r} is in the content"
     if text != expected:
         if text.startswith(expected):
