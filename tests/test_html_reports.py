@@ -85,7 +85,9 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
         assert _seen(finding["message"]) in text and f"fix: {_seen(finding['fix'])}" in text
     # SD701's examples: the first three answers cut by the budget, with file:line and their ends
     sd701 = re.search(r'<tr class="finding">.*?SD701.*?</tr>', dom, re.S).group(0)
-    assert re.findall(r"lies\.jsonl:(\d+)", sd701) == ["9", "10", "11"]
+    examples = re.search(r'<ul class="examples">.*?</ul>', sd701, re.S).group(0)
+    assert re.findall(r"lies\.jsonl:(\d+)", examples) == ["9", "10", "11"]
+    assert re.search(r'class="where">.*?lies\.jsonl:9<', sd701)  # where the finding points
     assert "The answer is" in sd701 and "&lt;think&gt;x&lt;/think&gt;Answer: 3" in sd701
 
     shot = tmp_path / "logs.png"

@@ -18,9 +18,9 @@ import json
 import re
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, Callable
 
-from stopdoctor.reporters.plain import html_text
+from stopdoctor.reporters.plain import html_isolated, html_text
 
 LIBRARY = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
 _SOURCE_MAP = re.compile(r"//# sourceMappingURL=\S*\s*$")
@@ -73,6 +73,26 @@ def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
     return (f'<div class="chart {kind}" data-chart="{chart_id}"><figure><figcaption>{html_text(caption)}</figcaption>'
             f'<div class="chart-body" id="{chart_id}"></div></figure>'
             f'<script type="application/json" class="chart-spec" data-target="{chart_id}">{script_json(spec)}</script></div>')
+
+
+def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "") -> str:
+    """Each finding with its severity, rule, message, `fix:` and where it was found; `more` adds a
+    column (the logs page's example answers)."""
+    def where(f: Any) -> str:
+        loc = f.location
+        if loc is None:
+            return ""
+        text = loc.file + (f":{loc.line}" if loc.line else "") + (f" ({loc.key})" if loc.key and not loc.line else "")
+        return f'<div class="where">{html_isolated(text)}</div>'
+
+    rows = "".join(
+        f'<tr class="finding"><td class="{f.severity.label}">{f.severity.label}</td>'
+        f"<td>{html_text(f.code)}<br>{html_text(f.name)}</td><td>{html_isolated(f.message)}"
+        f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f)}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
+        for f in findings)
+    extra = f"<th>{html_text(more_title)}</th>" if more else ""
+    return "<h2>Findings</h2>" + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
+                                   if rows else "<p>none</p>")
 
 
 def page(title: str, body: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stopdoctor.reporters.html_page import chart, page
+from stopdoctor.reporters.html_page import chart, findings_table, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -167,16 +167,6 @@ def finding_examples(finding: Any, problems: dict[str, Any]) -> tuple[Any, ...]:
     return ()
 
 
-def _findings_table(findings: Any, problems: dict[str, Any]) -> str:
-    rows = "".join(
-        f'<tr class="finding"><td class="{html_text(f.severity.label)}">{html_text(f.severity.label)}</td>'
-        f"<td>{html_text(f.code)}<br>{html_text(f.name)}</td><td>{html_isolated(f.message)}"
-        f'<div class="fix">fix: {html_isolated(f.fix)}</div></td><td>{_examples_html(finding_examples(f, problems))}</td></tr>'
-        for f in findings)
-    return ("<h2>Findings</h2>" + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th><th>example answers</th></tr>"
-                                    f"{rows}</table>" if rows else "<p>none</p>"))
-
-
 def _problems_table(problems: dict[str, Any]) -> str:
     rows = "".join(f'<tr class="problem"><td>{html_isolated(p.key)}<br><span class="where">{html_text(p.description)}</span></td>'
                    f'<td class="num">{p.count:,}</td><td class="num">{p.share * 100:.1f}%</td>'
@@ -203,7 +193,7 @@ def render_logs_html(result: Any) -> str:
     parts = [f"<h1>stopdoctor logs</h1><p>{', '.join(html_isolated(f) for f in report.files)}: {report.lines:,} lines, "
              f"{report.responses:,} responses</p>",
              "<p>finish_reason: " + ", ".join(f"{html_isolated(k)} {v:,}" for k, v in report.finish.items()) + "</p>",
-             _findings_table(result.findings, report.problems)]
+             findings_table(result.findings, lambda f: _examples_html(finding_examples(f, report.problems)), "example answers")]
     charts = report.charts
     if charts is not None and charts.histograms:
         parts.append('<h2>Output tokens against max_tokens</h2><p>Each grey bar a twentieth of the budget; the red bar '
