@@ -132,3 +132,34 @@ def test_hostile_names_and_answers_stay_text(tmp_path):
     histogram = next(c for c in drawn_charts(dom) if c.kind == "histogram")
     assert histogram.drawn and histogram.mark_texts == ["3"]
     assert "&lt;img src=x onerror=alert(1)&gt;" in dom and "<img src=x onerror=alert(1)>" in visible_text(dom)
+
+
+@pytest.mark.slow
+def test_the_inspect_page_shows_which_token_stops_which_runtime(tmp_path, real_models):
+    """The broken-eos SmolLM2 (generation_config eos is <|endoftext|> only): the grid shows, cell by
+    cell, the JSON's stop ids per runtime, transformers' <|im_end|> cell is the one that does not
+    stop, the findings carry their fixes, and the sample prompt marks <|im_end|> as the end of turn."""
+    browser = _browser()
+    model = real_models.smollm2_hf_broken_eos
+    page = tmp_path / "inspect.html"
+    report = json.loads(cli("inspect", str(model), "--html", str(page), "--json").stdout)
+    dom, console = open_page(browser, page, tmp_path / "profile")
+    assert console == []
+    grid = next(c for c in drawn_charts(dom) if c.kind == "stops")
+    per_runtime = report["stop_ids"]["per_runtime"]
+    runtimes = list(per_runtime)
+    ids = sorted({i for r in per_runtime.values() for i in r["ids"]} | {i for e in report["end_of_turn"] for i in e["ids"]}
+                 | {d["id"] for d in report["declared"] if d["role"] in ("eos", "eot", "eom") and d["id"] is not None})
+    assert grid.drawn and grid.axis_labels[0] == runtimes and len(grid.axis_labels[1]) == len(ids)
+    assert grid.bars == len(ids) * len(runtimes)
+    assert grid.mark_texts == ["stops" if i in per_runtime[r]["ids"] else "does not stop" for i in ids for r in runtimes]
+    assert "<|im_end|> (2)" in grid.axis_labels[1] and 2 not in per_runtime["transformers"]["ids"]
+    assert "end of turn, does not stop" in grid.legend_labels
+
+    text = visible_text(dom)
+    assert dom.count('<tr class="finding">') == len(report["findings"]) and "SD101" in text
+    for finding in report["findings"]:
+        assert f"fix: {printable(finding['fix'])}" in text
+    prompt = re.search(r'<pre class="prompt">.*?</pre>', dom, re.S).group(0)
+    assert prompt.count('<mark class="eot"') == 2 and '<mark class="special" title="id 1">&lt;|im_start|&gt;</mark>' in prompt
+    screenshot(browser, page, tmp_path / "inspect.png", tmp_path / "profile", size="1400,1800")
