@@ -10,8 +10,8 @@ neutralises them where it writes (stopdoctor.reporters.plain, github, junit; log
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import struct
 import subprocess
