@@ -1,9 +1,10 @@
 """`stopdoctor logs` pictures: output tokens against max_tokens per model (the pile-up at the
 budget is what truncation looks like), the share of `length` per max_tokens value, and finish
 reasons over time. In the terminal as small rich sparklines; as `--html FILE`, one
-self-contained page of inline SVG (no script, no network fetch). Pure functions; never prints.
+self-contained page of Vega-Lite charts (html_page: the library inlined, no network fetch) with
+the findings, their fixes and example answers. Pure functions; never prints.
 
-Imports: reporters (the human report's console, plain's HTML escaping), the logs report's chart data (duck-typed).
+Imports: reporters (plain's HTML escaping, html_page), the logs report's chart data (duck-typed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from stopdoctor.reporters.html_page import chart, findings_table, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -60,75 +62,155 @@ def print_charts(out, charts: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# HTML
+# HTML: Vega-Lite specs (plain data; every label drawn, values on the bars, nothing only on hover)
 # --------------------------------------------------------------------------------------------
 
-
-def _bars(title: str, values: list[tuple[str, int, str]], width: int = 640, height: int = 160) -> str:
-    """A bar chart as inline SVG: (label, value, colour) per bar; each bar a <rect class="bar">."""
-    top = max((v for _, v, _ in values), default=0) or 1
-    step = width / max(1, len(values))
-    rects = []
-    for i, (label, value, colour) in enumerate(values):
-        h = value / top * (height - 20)
-        rects.append(f'<rect class="bar" data-value="{value}" x="{i * step + 1:.1f}" y="{height - h:.1f}" '
-                     f'width="{max(1.0, step - 2):.1f}" height="{h:.1f}" fill="{colour}"><title>{html_text(label)}: '
-                     f'{value:,}</title></rect>')
-    return (f'<figure><figcaption>{html_text(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
-            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>{"".join(rects)}</svg></figure>')
+UNDER, AT = "under the budget", "at the budget"
+EXAMPLES_SHOWN = 3
+EXCERPT_SHOWN = 160
 
 
-def _stacked(title: str, rows: list[tuple[str, dict[str, int]]], width: int = 640, height: int = 160) -> str:
-    step = width / max(1, len(rows))
-    top = max((sum(c.values()) for _, c in rows), default=0) or 1
-    rects = []
-    for i, (label, counts) in enumerate(rows):
-        y = float(height)
-        for finish, value in counts.items():
-            h = value / top * (height - 20)
-            y -= h
-            rects.append(f'<rect class="bar" data-finish="{html_text(finish)}" data-value="{value}" x="{i * step + 1:.1f}" '
-                         f'y="{y:.1f}" width="{max(1.0, step - 2):.1f}" height="{h:.1f}" '
-                         f'fill="{COLOURS.get(finish, "#607d8b")}"><title>{html_text(label)} {html_text(finish)}: '
-                         f'{value:,}</title></rect>')
-    legend = " ".join(f'<span style="color:{c}">■ {f}</span>' for f, c in COLOURS.items())
-    return (f'<figure><figcaption>{html_text(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
-            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>{"".join(rects)}</svg>'
-            f'<div class="legend">{legend}</div></figure>')
+def _bar_labels(y: str, text: str) -> dict[str, Any]:
+    """The value printed above each non-empty bar, so nothing needs a hover."""
+    return {"mark": {"type": "text", "dy": -6, "fontSize": 11, "color": "#222"},
+            "transform": [{"filter": f"datum.{y} > 0"}], "encoding": {"text": {"field": text}}}
+
+
+def count_ticks(top: int) -> list[int]:
+    """Whole-number ticks from 0 to at least `top`, at most 6 (a count axis never reads 0.5)."""
+    step = next(m * 10 ** k for k in range(20) for m in (1, 2, 5) if top / (m * 10 ** k) <= 5)
+    return list(range(0, top + step, step)) if top else [0, 1]
+
+
+def histogram_spec(h: Any) -> dict[str, Any]:
+    """Output tokens of one (model, max_tokens): 20 bins of 5% of the budget, then the answers at it."""
+    step, ticks = h.max_tokens / 20, count_ticks(max(h.bins + (h.at_budget,)))
+    values = [{"order": i, "bin": f"{round(i * step):,}", "answers": v, "label": f"{v:,}", "kind": UNDER,
+               "range": f"{round(i * step):,}–{round((i + 1) * step):,} tokens"} for i, v in enumerate(h.bins)]
+    values.append({"order": 20, "bin": f"≥{h.max_tokens:,}", "answers": h.at_budget, "label": f"{h.at_budget:,}",
+                   "kind": AT, "range": f"{h.max_tokens:,} tokens or more"})
+    x = {"field": "bin", "type": "ordinal", "sort": {"field": "order", "op": "min"},
+         "axis": {"title": f"output tokens (each bar 5% of max_tokens {h.max_tokens:,}; last bar: at the budget)",
+                  "labelAngle": -45}}
+    return {"height": 170, "data": {"values": values},
+            "encoding": {"x": x, "y": {"field": "answers", "type": "quantitative",
+                                       "scale": {"domain": [0, ticks[-1]]}, "axis": {"title": "answers", "values": ticks, "format": ",d"}}},
+            "layer": [{"mark": "bar", "encoding": {
+                "color": {"field": "kind", "type": "nominal", "title": None,
+                          "scale": {"domain": [UNDER, AT], "range": ["#78909c", "#c62828"]}, "legend": {"orient": "top"}},
+                "tooltip": [{"field": "range"}, {"field": "answers", "format": ","}]}},
+                _bar_labels("answers", "label")]}
+
+
+def length_share_spec(by_max_tokens: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The share of `length` answers per max_tokens value, each bar labelled with its share and count."""
+    values = []
+    for order, (key, counts) in enumerate(by_max_tokens.items()):
+        total, cut = sum(counts.values()), counts.get("length", 0)
+        share = cut / total * 100 if total else 0.0
+        values.append({"order": order, "max_tokens": key, "share": round(share, 1), "length": cut, "total": total,
+                       "label": f"{share:.0f}% ({cut:,} of {total:,})"})
+    return {"height": 200, "data": {"values": values},
+            "encoding": {"x": {"field": "max_tokens", "type": "ordinal", "sort": {"field": "order", "op": "min"},
+                               "axis": {"title": "max_tokens of the request", "labelAngle": 0}},
+                         "y": {"field": "share", "type": "quantitative", "scale": {"domain": [0, 100]},
+                               "axis": {"title": "% of answers cut (finish_reason length)"}}},
+            "layer": [{"mark": {"type": "bar", "color": "#c62828"},
+                       "encoding": {"tooltip": [{"field": "max_tokens"}, {"field": "label", "title": "length"}]}},
+                      {"mark": {"type": "text", "dy": -6, "fontSize": 11, "color": "#222"},
+                       "encoding": {"text": {"field": "label"}}}]}
+
+
+def timeline_spec(timeline: Any) -> dict[str, Any]:
+    """Finish reasons per time bucket, stacked, with the bucket's total above it and a legend."""
+    values = [{"order": i, "time": start, "finish": finish, "answers": n}
+              for i, (start, counts) in enumerate(timeline.rows) for finish, n in counts.items()]
+    present = list(dict.fromkeys(v["finish"] for v in values))
+    domain = [f for f in COLOURS if f in present] + [f for f in present if f not in COLOURS]
+    x = {"field": "time", "type": "ordinal", "sort": {"field": "order", "op": "min"},
+         "axis": {"title": f"time (UTC, per {timeline.bucket})", "labelAngle": -40, "labelOverlap": True}}
+    return {"height": 200, "data": {"values": values}, "encoding": {"x": x},
+            "layer": [{"mark": "bar", "encoding": {
+                "y": {"field": "answers", "type": "quantitative", "aggregate": "sum", "axis": {"title": "answers"}},
+                "color": {"field": "finish", "type": "nominal", "title": "finish_reason",
+                          "scale": {"domain": domain, "range": [COLOURS.get(f, "#607d8b") for f in domain]},
+                          "legend": {"orient": "top"}},
+                "tooltip": [{"field": "time"}, {"field": "finish"}, {"field": "answers"}]}},
+                {"transform": [{"aggregate": [{"op": "sum", "field": "answers", "as": "total"}], "groupby": ["time", "order"]}],
+                 "mark": {"type": "text", "dy": -6, "fontSize": 11, "color": "#222"},
+                 "encoding": {"y": {"field": "total", "type": "quantitative"}, "text": {"field": "total", "format": ","}}}]}
+
+
+def _shortened(text: str) -> str:
+    # An example is the answer's tail: its end is what shows how it stopped.
+    return text if len(text) <= EXCERPT_SHOWN else "…" + text[-EXCERPT_SHOWN + 1:]
+
+
+def _examples_html(examples: Any) -> str:
+    items = "".join(
+        f'<li><span class="where">{html_isolated(f"{e.file}:{e.line}")} · {html_isolated(e.model or "(no model)")} · '
+        f'{html_text(e.native_finish_reason or e.finish_reason or "(none)")}</span><br><code>{html_text(_shortened(e.excerpt))}</code>'
+        + (f' <span class="where">{html_text(e.detail)}</span>' if e.detail else "") + "</li>"
+        for e in list(examples)[:EXAMPLES_SHOWN])
+    return f'<ul class="examples">{items}</ul>' if items else ""
+
+
+def finding_examples(finding: Any, problems: dict[str, Any]) -> tuple[Any, ...]:
+    """The examples of the problem a finding reports: the one with the finding's count whose
+    first example is the finding's location (the logs rules point at their problem's first example)."""
+    where = finding.location
+    for problem in problems.values():
+        first = problem.examples[0] if problem.examples else None
+        if (first is not None and where is not None and (first.file, first.line) == (where.file, where.line)
+                and finding.evidence.get("count") == problem.count):
+            return problem.examples
+    return ()
+
+
+def _problems_table(problems: dict[str, Any]) -> str:
+    rows = "".join(f'<tr class="problem"><td>{html_isolated(p.key)}<br><span class="where">{html_text(p.description)}</span></td>'
+                   f'<td class="num">{p.count:,}</td><td class="num">{p.share * 100:.1f}%</td>'
+                   f"<td>{html_text(', '.join(f'{m} ({n:,})' for m, n in list(p.by_model.items())[:5]))}</td>"
+                   f"<td>{_examples_html(p.examples)}</td></tr>"
+                   for p in problems.values() if p.count)
+    return ("<h2>Problems</h2><table><tr><th>problem</th><th>count</th><th>share</th><th>models</th><th>example answers</th></tr>"
+            f"{rows or '<tr><td colspan=5>none</td></tr>'}</table>")
+
+
+def _counts_table(title: str, first: str, table: dict[str, dict[str, int]]) -> str:
+    """Per-model or per-budget drill-down: finish reasons per row, the counts as numbers."""
+    reasons = list(dict.fromkeys(r for counts in table.values() for r in counts))
+    head = "".join(f"<th>{html_text(r)}</th>" for r in reasons)
+    rows = "".join(f"<tr><td>{html_isolated(key)}</td><td class=num>{sum(counts.values()):,}</td>"
+                   + "".join(f"<td class=num>{counts.get(r, 0):,}</td>" for r in reasons) + "</tr>"
+                   for key, counts in table.items())
+    return f"<h2>{html_text(title)}</h2><table><tr><th>{html_text(first)}</th><th>answers</th>{head}</tr>{rows}</table>"
 
 
 def render_logs_html(result: Any) -> str:
-    """One self-contained page: the counts, the problems and the pictures (inline SVG only)."""
+    """One self-contained page: the counts, the findings with fixes and examples, the charts."""
     report = result.report
     parts = [f"<h1>stopdoctor logs</h1><p>{', '.join(html_isolated(f) for f in report.files)}: {report.lines:,} lines, "
              f"{report.responses:,} responses</p>",
-             "<h2>finish_reason</h2><p>" + ", ".join(f"{html_isolated(k)} {v:,}" for k, v in report.finish.items()) + "</p>"]
+             "<p>finish_reason: " + ", ".join(f"{html_isolated(k)} {v:,}" for k, v in report.finish.items()) + "</p>",
+             findings_table(result.findings, lambda f: _examples_html(finding_examples(f, report.problems)), "example answers")]
     charts = report.charts
-    if charts is not None:
-        parts.append('<h2>Output tokens against max_tokens</h2><p>Each bar a twentieth of the budget; the red bar '
-                     'the answers at (or over) the budget: a pile-up there is truncation.</p>')
-        for h in charts.histograms:
-            bins = [(f"{i * 5}-{(i + 1) * 5}% of {h.max_tokens}", v, "#78909c") for i, v in enumerate(h.bins)]
-            bins.append((f"at the budget ({h.max_tokens})", h.at_budget, "#c62828"))
-            parts.append(f'<div class="chart histogram">{_bars(f"{h.model} @ max_tokens {h.max_tokens} ({h.total:,} answers)", bins)}</div>')
-    by_budget = [(key, counts.get("length", 0) * 100 // max(1, sum(counts.values())), "#c62828")
-                 for key, counts in report.by_max_tokens.items()]
-    if by_budget:
-        parts.append('<h2>Share of length per max_tokens</h2><div class="chart length-share">'
-                     + _bars("% of answers cut by the budget, per max_tokens: " + ", ".join(k for k, _, _ in by_budget), by_budget)
-                     + "</div>")
-    if charts is not None and charts.timeline is not None:
-        parts.append(f'<h2>Finish reasons over time</h2><div class="chart timeline">'
-                     f'{_stacked(f"per {charts.timeline.bucket} (UTC), {charts.timeline.rows[0][0]} … {charts.timeline.rows[-1][0]}", list(charts.timeline.rows))}</div>')
-    rows = "".join(f"<tr><td>{html_isolated(p.key)}</td><td>{p.count:,}</td><td>{p.share * 100:.1f}%</td></tr>"
-                   for p in report.problems.values())
-    parts.append(f"<h2>Problems</h2><table><tr><th>problem</th><th>count</th><th>share</th></tr>{rows}</table>")
-    findings = "".join(f"<li>{html_text(f.code)} {html_text(f.name)}: {html_isolated(f.message)}</li>" for f in result.findings)
-    parts.append(f"<h2>Findings</h2><ul>{findings or '<li>none</li>'}</ul>")
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}figure{margin:1em 0}"
-             "figcaption{font-size:.9em;color:#444}table{border-collapse:collapse}td,th{padding:.2em .8em;"
-             "border-bottom:1px solid #ddd;text-align:left}.legend{font-size:.8em}")
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>stopdoctor logs</title>'
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    if charts is not None and charts.histograms:
+        parts.append('<h2>Output tokens against max_tokens</h2><p>Each grey bar a twentieth of the budget; the red bar '
+                     'the answers at (or over) the budget: a pile-up there is truncation.</p><div class="grid">')
+        parts += [chart(f"histogram-{i}", "histogram", f"{h.model} @ max_tokens {h.max_tokens:,}: {h.at_budget:,} of "
+                        f"{h.total:,} answers at the budget", histogram_spec(h)) for i, h in enumerate(charts.histograms)]
+        parts.append("</div>")
+    if report.by_max_tokens:
+        parts.append("<h2>Share of length per max_tokens</h2>"
+                     + chart("length-share", "length-share", "% of answers cut by the budget, per max_tokens value",
+                             length_share_spec(report.by_max_tokens)))
+    if charts is not None and charts.timeline is not None and charts.timeline.rows:
+        rows = charts.timeline.rows
+        parts.append("<h2>Finish reasons over time</h2>"
+                     + chart("timeline", "timeline", f"per {charts.timeline.bucket} (UTC), {rows[0][0]} … {rows[-1][0]}",
+                             timeline_spec(charts.timeline)))
+    parts.append(_problems_table(report.problems))
+    parts.append(_counts_table("By model", "model", report.by_model))
+    parts.append(_counts_table("By max_tokens", "max_tokens", report.by_max_tokens))
+    return page("stopdoctor logs", "".join(parts))
