@@ -408,7 +408,7 @@ def logs_sql(paths: list[str], model: str | None = None, revision: str | None = 
 def read_serving(path: Path, kind: str | None = None) -> ServingConfig:
     """A serving file (vLLM command line or YAML, Ollama Modelfile, llama.cpp command line, request
     body, the other engines' servers), its kind guessed when None."""
-    from stopdoctor.facts.serving import load_serving
+    from stopdoctor.runtimes.serving import load_serving
 
     return load_serving(path, kind)
 

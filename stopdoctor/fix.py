@@ -30,13 +30,14 @@ from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
+from stopdoctor.runtimes.engines import hf_runtimes
 from stopdoctor.runtimes.stops import tokenizer_eos
 
 if TYPE_CHECKING:
     from stopdoctor.analysis.core import Analysis
     from stopdoctor.facts.serving import ServingConfig
 
-HF_RUNTIMES = ("transformers", "vllm", "tgi")
+HF_RUNTIMES = hf_runtimes()  # transformers, vLLM, TGI: the engine registry says which
 
 
 # --- JSON text surgery ------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from stopdoctor.config import Settings, apply, selected, severity_of
 from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Subject
 from stopdoctor.core.types import KINDS, Expectation, a_kind
-from stopdoctor.facts.serving import ServingConfig, load_serving
+from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput, WeightsInput
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.api import inspect_model, serving_findings
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 
 TEMPLATES = Path.home() / ".cache" / "stopdoctor" / "templates" / "llama.cpp"
 QWEN3_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]

@@ -1,4 +1,4 @@
-"""The engines beyond the core four (runtimes/engines.py): each one's stop set as its source
+"""The engines beyond the core four (runtimes/engine_stops.py): each one's stop set as its source
 computes it, in inspect's per_runtime, in check --serving and in generate --stops runtime:NAME;
 and fix --write on a GGUF (metadata rewritten in place, tensors byte for byte, --backup), with
 the same advice from inspect, check and fix."""
@@ -17,8 +17,8 @@ from stopdoctor.actions.gguf_edit import data_section_digest, read_layout, set_i
 from stopdoctor.api import inspect_model, serving_findings
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import InputError
-from stopdoctor.facts.serving import load_serving
-from stopdoctor.runtimes.engines import ENGINES
+from stopdoctor.runtimes.serving import load_serving
+from stopdoctor.runtimes.engine_stops import ENGINES
 
 
 def run(*args):

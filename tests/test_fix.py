@@ -15,7 +15,7 @@ from stopdoctor.api import inspect_model
 from stopdoctor.cli.app import app
 from stopdoctor.fix import plan_fixes, set_top_level_ids
 from stopdoctor.api import serving_findings
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "fixtures" / "serving"

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from stopdoctor.config import read_config, with_flags
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.gate import run_gate
 from stopdoctor.reporters.formats import Options, render
 

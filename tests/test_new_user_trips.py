@@ -123,7 +123,7 @@ def test_probe_stop_gate_passes_the_models_own_end_of_turn_token():
 
 def test_ignore_eos_is_one_finding_not_three(tmp_path):
     from stopdoctor.api import inspect_model, serving_findings
-    from stopdoctor.facts.serving import load_serving
+    from stopdoctor.runtimes.serving import load_serving
 
     llama3 = inspect_model(str(LLAMA3)).analysis
     only = tmp_path / "serve.sh"

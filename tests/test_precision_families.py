@@ -108,7 +108,7 @@ def test_the_same_gguf_without_the_list_still_has_sd101(real_gguf_models, tmp_pa
 
 
 def _serving(tmp_path: Path, name: str, text: str):
-    from stopdoctor.facts.serving import load_serving
+    from stopdoctor.runtimes.serving import load_serving
 
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")

@@ -10,7 +10,7 @@ import pytest
 from fixtures.reasoning import HARMONY, HYBRID, PREFILLED, build_reasoning
 from fixtures.synth import _template_chatml, build_family
 from stopdoctor.api import inspect_model, inspect_report, serving_findings
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.reporters.human import render_inspect_human
 from stopdoctor.reporters.inspect_json import render_inspect_json
 from stopdoctor.template.reasoning import analyze_reasoning

@@ -100,7 +100,7 @@ def test_against_a_missing_original_is_one_line_exit_2(real_models):
 
 
 def test_a_modelfile_and_a_request_body_are_sources(original, tmp_path):
-    from stopdoctor.facts.serving import load_serving
+    from stopdoctor.runtimes.serving import load_serving
 
     facts = load_model(str(original))
     modelfile = tmp_path / "Modelfile"

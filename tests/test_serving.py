@@ -13,7 +13,7 @@ import stopdoctor.rules.serving  # noqa: F401  (registers SD4xx until checks/__i
 from stopdoctor.rules.runner import REGISTRY, run_rules
 from stopdoctor.core.errors import InputError
 from stopdoctor.api import serving_findings
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.runtimes.serving import served_stops
 
 ROOT = Path(__file__).resolve().parents[1]

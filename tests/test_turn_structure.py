@@ -24,7 +24,7 @@ from stopdoctor.fix import plan_fixes
 from stopdoctor.actions.generate.request import StopSet
 from stopdoctor.actions.generate.server import _server_cause
 from stopdoctor.core.types import ChatTemplate, Location
-from stopdoctor.facts.serving import load_serving
+from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.template.turns import analyze_turns
 
 from .helpers import cli

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.errors import TemplateError
-from stopdoctor.runtimes.engines import all_stops
+from stopdoctor.runtimes.engine_stops import all_stops
 from stopdoctor.runtimes.stops import RuntimeStops
 from stopdoctor.template.limits import TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.reasoning import NONE as NO_REASONING, ReasoningStructure, analyze_reasoning

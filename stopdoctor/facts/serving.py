@@ -9,7 +9,8 @@ Parses four kinds of file into one `ServingConfig`, each value with the place it
 - `request`: an OpenAI-compatible request body (JSON).
 
 What the served model then really stops on is the runtimes' business
-(`stopdoctor.runtimes.serving.served_stops`); `stopdoctor.api.serving_findings` runs the SD4xx
+(`stopdoctor.runtimes.serving.served_stops`; `runtimes.serving.load_serving` reads a file with
+the engine registry's launchers); `stopdoctor.api.serving_findings` runs the SD4xx
 checks on a model and a config.
 
 Imports: core, facts (file reading); pyyaml lazily.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,15 @@ MAX_STOPS = 1024  # stop strings or stop ids in one file
 # --- loading -------------------------------------------------------------------------------------
 
 
-def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
-    """Parse a serving file; `kind` is guessed from its name and content when None."""
+def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str]) -> ServingConfig:
+    """Parse a serving file; `kind` is guessed from its name and content when None, a command
+    line's by its launcher (`launchers`: program → kind, from the engine registry;
+    `runtimes.serving.load_serving` passes it)."""
     path = Path(path)
     text = _read(path)
     if kind is not None and kind not in KINDS:
         raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(KINDS)}")
-    kind = kind or guess_kind(path, text)
+    kind = kind or guess_kind(path, text, launchers)
     if kind == "request":
         return _parse_request(path, text)
     if kind in KINDS[4:]:  # the other engines' servers
@@ -62,7 +65,7 @@ def _read(path: Path) -> str:
     return load_text(path, str(path), max_bytes=MAX_SERVING_BYTES, encoding="utf-8-sig")
 
 
-def guess_kind(path: Path, text: str) -> str:
+def guess_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str:
     name = path.name.lower()
     stripped = text.lstrip()
     if name.endswith((".jinja", ".jinja2", ".j2")) or stripped.startswith(("{%", "{{", "{#")):
@@ -77,7 +80,7 @@ def guess_kind(path: Path, text: str) -> str:
     if name.endswith((".yaml", ".yml")):
         return "vllm"
 
-    launched = launcher_kind(path, text)
+    launched = launcher_kind(path, text, launchers)
     if launched is not None:
         return launched
     engine = guess_engine(text)

@@ -1,7 +1,8 @@
 """Serving command lines of the engines beyond vLLM, Ollama and llama.cpp: SGLang
 (`python -m sglang.launch_server --model-path M`), MLX (`mlx_lm.server --model M`,
 `mlx_vlm.server --model M`) and llama-cpp-python (`python -m llama_cpp.server --model M`).
-Each becomes a `ServingConfig` whose `kind` names the engine's stop set in `runtimes.engines`.
+Each becomes a `ServingConfig` whose `kind` names the engine's stop set in `runtimes.engine_stops`.
+Which launcher starts which engine is the engine registry's knowledge (`runtimes.engines`), passed in.
 
 Imports: core, facts.serving (the config type).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from stopdoctor.core.errors import InputError
@@ -29,17 +31,6 @@ MODEL_FLAGS = {"sglang": ("--model-path", "--model"), "mlx-lm": ("--model",), "m
 MAX_TOKENS_FLAGS = {"mlx-lm": ("--max-tokens",), "mlx-vlm": ("--max-tokens",)}
 
 
-# The program (or `python -m` module) that starts each server, by its own name: the launcher of a
-# command line decides its kind, never a known name inside another program's name (`vllm-mlx`
-# is not vLLM).
-LAUNCHERS = {
-    "vllm": "vllm", "vllm.entrypoints.openai.api_server": "vllm",
-    "llama-server": "llamacpp", "llama-cli": "llamacpp", "server": "llamacpp",  # `server`: llama.cpp before b3100
-    "sglang": "sglang", "sglang.launch_server": "sglang",
-    "mlx_lm.server": "mlx-lm", "mlx_lm": "mlx-lm", "mlx-lm": "mlx-lm",
-    "mlx_vlm.server": "mlx-vlm", "mlx_vlm": "mlx-vlm", "mlx-vlm": "mlx-vlm",
-    "llama_cpp.server": "llama-cpp-python",
-}
 # Words that run another program: the launcher is after them (with their flags and VAR=value).
 _RUNNERS = {"exec", "sudo", "nohup", "env", "time", "nice", "uv", "uvx", "run", "poetry", "pipx", "numactl", "taskset"}
 # Words that wrap a server in a container or a job: the launcher is somewhere inside, read by name.
@@ -50,8 +41,9 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _KNOWN_INSIDE = re.compile(r"vllm|llama[-_.]?(?:cpp|server|cli)|sglang|mlx[-_][lv]", re.IGNORECASE)
 
 
-def launcher_kind(path: Path, text: str) -> str | None:
-    """The kind of the first command whose launcher is known (LAUNCHERS); None when the file only
+def launcher_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str | None:
+    """The kind of the first command whose launcher is known (`launchers`: program or `python -m`
+    module → serving kind, the engine registry's `runtimes.engines.launcher_kinds()`); None when the file only
     runs containers/shells or no command at all (the caller reads it by content then). Any other
     launcher is unknown, and said so (exit 2): one that merely contains a known name
     (`vllm-mlx serve M`) is never read as that engine."""
@@ -69,8 +61,8 @@ def launcher_kind(path: Path, text: str) -> str | None:
         program = words[0].replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
         if program.startswith("python") and len(words) > 2 and words[1] == "-m":
             program = words[2]
-        if program in LAUNCHERS:
-            return LAUNCHERS[program]
+        if program in launchers:  # by its own name: `vllm-mlx` is not vLLM
+            return launchers[program]
         if program in _CONTAINERS:
             containers = True
         else:
@@ -79,7 +71,7 @@ def launcher_kind(path: Path, text: str) -> str | None:
         named = [p for p in unknown if _KNOWN_INSIDE.search(p)] or unknown
         raise InputError(f"{path}: cannot tell what kind of serving file this is: the launcher {named[0]!r} is not one "
                          f"stopdoctor knows, and it is not read as any of "
-                         f"{', '.join(sorted(set(LAUNCHERS.values())))}",
+                         f"{', '.join(sorted(set(launchers.values())))}",
                          hint="if it runs one of these engines unchanged, write that engine's own command line "
                               "(`fix` also takes --kind KIND)")
     return None

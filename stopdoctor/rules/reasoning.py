@@ -27,16 +27,18 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.card_sampling import card_sampling, card_values
+from stopdoctor.runtimes.engines import engine
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
-# vLLM reasoning parsers by the framing they read.
-HARMONY_PARSERS = frozenset({"openai_gptoss", "gpt_oss", "gptoss"})
+# vLLM reasoning parsers by the framing they read (runtimes/engines/vllm.py cites each parser).
+VLLM_PARSERS = engine("vllm").reasoning_parsers
+HARMONY_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "harmony"))
 # Parsers that read everything before `</think>` as reasoning, all of the output when none comes.
-OPEN_ENDED_PARSERS = frozenset({"deepseek_r1"})
+OPEN_ENDED_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "open-ended"))
 # Parsers that needed the open tag in the output (vLLM's qwen3 until PR #34779, 0.16.1rc0).
-OPEN_TAG_PARSERS = frozenset({"qwen3"})
+OPEN_TAG_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "open-tag"))
 MIN_REASONING_BUDGET = 1024  # below this a thinking model ends inside its thought on most prompts
 
 

@@ -8,10 +8,11 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.advice import gguf_eos_advice
+from stopdoctor.runtimes.engines import hf_runtimes
 from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, llama_cpp_control_by_text, tokenizer_eos
 from stopdoctor.rules.registry import Check, check
 
-HF_RUNTIMES = ("transformers", "vllm", "tgi")
+HF_RUNTIMES = hf_runtimes()  # transformers, vLLM, TGI: the engine registry says which
 END_LIKE = re.compile(r"end|eos|eot|</s>|stop|return|eom", re.IGNORECASE)
 
 

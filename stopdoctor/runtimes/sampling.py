@@ -32,7 +32,7 @@ What each runtime reads (versions and files read):
   Releases after that commit may have changed them.
 - a request body (`check --serving request.json`): its own keys win over every default.
 
-Imports: core, facts.
+Imports: core, facts, runtimes.engines.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import GGUF_SAMPLING_KEYS, ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.runtimes.engines import engines
 
 KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
 # The keys vLLM takes from generation_config.json (ModelConfig.get_diff_sampling_param).
@@ -54,19 +55,9 @@ OLLAMA_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"
                 "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty"}
 REQUEST_NAMES = {**OLLAMA_NAMES, "repetition_penalty": "repetition_penalty"}
 
+# Each engine's own sampling defaults, cited in its module (runtimes/engines/).
 RUNTIME_DEFAULTS: dict[str, tuple[dict[str, object], str]] = {
-    "transformers": ({"temperature": 1.0, "top_p": 1.0, "top_k": 50, "min_p": None, "repetition_penalty": 1.0,
-                      "presence_penalty": None},
-                     "transformers 5.24 generation/configuration_utils.py GenerationConfig._get_default_generation_params"),
-    "vllm": ({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
-              "presence_penalty": 0.0}, "vllm/sampling_params.py SamplingParams defaults (main at 00388f65)"),
-    "llama.cpp": ({"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.0,
-                   "presence_penalty": 0.0}, "llama.cpp common/common.h common_params_sampling (llama-cpp-python 0.3.36's)"),
-    "llama-cpp-python": ({"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.0,
-                          "presence_penalty": 0.0}, "llama-cpp-python 0.3.36 llama_cpp/llama.py Llama.create_completion"),
-    "ollama": ({"temperature": 0.8, "top_p": 0.9, "top_k": 40, "min_p": None, "repetition_penalty": 1.1,
-                "presence_penalty": 0.0}, "ollama api/types.go DefaultOptions (read at commit 00a4cb26)"),
-}
+    e.name: (dict(e.sampling.values), e.sampling.source) for e in engines() if e.sampling is not None}
 SAMPLING_RUNTIMES = tuple(RUNTIME_DEFAULTS)
 
 

@@ -8,21 +8,30 @@
 - llama.cpp server: every end-of-generation id (`runtimes.stops`), with `--override-kv` eos/eot/eom
   ids swapped in, plus `-r` strings; `--ignore-eos` drops every id.
 - Ollama: the GGUF eos id(s) plus `PARAMETER stop` strings.
-- SGLang, MLX-LM, mlx-vlm, llama-cpp-python servers: the engine's own set (`runtimes.engines`).
+- SGLang, MLX-LM, mlx-vlm, llama-cpp-python servers: the engine's own set (`runtimes.engine_stops`).
 - an OpenAI-compatible request: its own `stop` and `stop_token_ids` only.
 
-Imports: core, facts (the model's facts, the parsed serving file), runtimes.stops.
+Imports: core, facts (the model's facts, the parsed serving file), runtimes.stops, runtimes.engines,
+runtimes.engine_stops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.facts.serving import ServingConfig, generation_config_eos
-from stopdoctor.runtimes.engines import ENGINES, all_stops
+from stopdoctor.facts.serving import ServingConfig, generation_config_eos, read_serving
+from stopdoctor.runtimes.engine_stops import ENGINES, all_stops
+from stopdoctor.runtimes.engines import launcher_kinds
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops, generation_eos, tokenizer_eos
+
+
+def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
+    """Parse a serving file (`facts.serving.read_serving`); when `kind` is None a command line's
+    kind is its launcher's engine in the registry, and an unknown launcher is said to be unknown."""
+    return read_serving(path, kind, launcher_kinds())
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ def served_stops(facts: ModelFacts, serving: ServingConfig,
                             "the GGUF eos id(s) plus PARAMETER stop strings")
     if serving.kind in ENGINES:
         # SGLang, MLX, llama-cpp-python servers: the engine's own set from the model's files
-        # (runtimes.engines cites each engine's source).
+        # (runtimes.engine_stops cites each engine's source).
         stops = list(model_stops) if model_stops is not None else all_stops(facts)
         engine = next((s for s in stops if s.runtime == serving.kind), None)
         if engine is None:

@@ -19,7 +19,7 @@ from stopdoctor.analysis.diagnose import Generation, StopCause
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.runtimes.engines import ENGINES
+from stopdoctor.runtimes.engine_stops import ENGINES
 from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
 from stopdoctor.template.render import render_chat
 

@@ -3,7 +3,7 @@ llama.cpp `/props`, vLLM and SGLang `/version`, Ollama `/api/version`, TGI `/inf
 of `/v1/models`), the model, and what the server states about its context, budget and end of turn.
 Nothing is guessed: an engine that does not name itself is unknown.
 
-Imports: core, facts.http_client, actions.probe_server.http.
+Imports: core, facts.http_client, runtimes.engines, actions.probe_server.http.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
 from stopdoctor.facts.http_client import Reply, ServerBroken
+from stopdoctor.runtimes.engines import engines
 
-# `owned_by` values engines write in /v1/models (vLLM, SGLang, llama.cpp, llama-cpp-python's "me").
-OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "me": "llama-cpp-python", "ollama": "ollama",
-          "library": "ollama"}
+# `owned_by` values engines write in /v1/models (vLLM, SGLang, llama.cpp, llama-cpp-python's "me"),
+# as each engine's module in the registry records them.
+OWNERS = {owner: e.name for e in engines() for owner in e.owned_by}
 
 
 @dataclass(frozen=True)
