@@ -65,7 +65,7 @@ def real_answers() -> dict[str, str]:
     try:
         return dict(answers())
     except Exception as error:  # noqa: BLE001 - prepared by `python fixtures/realmodels.py`
-        pytest.fail(f"real answers unavailable ({error}): run `python fixtures/realmodels.py` (bash .ci/tests does)")
+        pytest.fail(f"real answers unavailable ({error}): run `python fixtures/realmodels.py` (bash .ci/test-deps does)")
 
 
 @pytest.mark.corpus
