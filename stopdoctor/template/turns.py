@@ -15,7 +15,6 @@ from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.pieces import between, common_prefix, common_suffix, cut_at_opener, first_special, split_pieces
 from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
-from stopdoctor.template.static_turns import read_close
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations
@@ -347,6 +346,8 @@ def _static_structure(source: str, special_tokens: Mapping[str, str] | None, kno
                       reason: str) -> TurnStructure | None:
     """The structure read from the template's syntax tree when no conversation renders: the
     close only (no headers, no openers); the answer is static, and says so."""
+    from stopdoctor.template.static_turns import read_close  # jinja2's syntax tree: only when no conversation renders
+
     found = read_close(source, special_tokens, known, reason, limits)
     if found is None:
         return None
