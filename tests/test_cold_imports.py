@@ -1,0 +1,85 @@
+"""What a cold command imports and builds (#28: import what the command needs, when it needs it).
+
+Work, never seconds: each test runs one command in a fresh interpreter (`python -X importtime`) and
+checks which heavy libraries it loaded, or counts what typer built. A busy machine cannot make
+them fail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "huggingface_hub", "rich")
+
+
+def imported_by(*args: str) -> set[str]:
+    """Every module `stopdoctor ARGS` imports, by full name (the command must succeed)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "stopdoctor", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "stopdoctor.cli.app" in modules  # the check really saw the imports
+    return modules
+
+
+def test_gguf_inspect_without_a_template_imports_neither_jinja2_nor_tokenizers(real_gguf_models) -> None:
+    from stopdoctor.facts.gguf import read_header
+
+    gemma = real_gguf_models.gemma_gguf
+    assert read_header(gemma).chat_template is None  # the base model: nothing to render
+    modules = imported_by("inspect", "--json", str(gemma))
+    assert "stopdoctor.facts.gguf" in modules
+    assert not {"jinja2", "tokenizers", *HEAVY} & modules, sorted({"jinja2", "tokenizers", *HEAVY} & modules)
+
+
+def test_hf_inspect_imports_no_numpy_and_no_model_library(real_models) -> None:
+    modules = imported_by("inspect", "--json", str(real_models.smollm2_hf))
+    assert "jinja2" in modules and "tokenizers" in modules  # it renders the template, reads tokenizer.json
+    assert not {"numpy", *HEAVY} & modules, sorted({"numpy", *HEAVY} & modules)
+
+
+def test_probe_stop_imports_no_numpy_and_no_model_library(real_models) -> None:
+    modules = imported_by("probe-stop", "\\nUser:", "--model", str(real_models.smollm2_hf))
+    assert not {"numpy", "torch", "transformers", "huggingface_hub"} & modules
+
+
+def test_a_command_that_renders_nothing_does_not_import_jinja2() -> None:
+    """Every command runs inside `render_deadline`; entering it must not cost jinja2's import."""
+    modules = imported_by("rules", "--json")
+    assert "stopdoctor.template.limits" in modules
+    assert "jinja2" not in modules
+
+
+COUNT_BUILDS = """
+import sys
+import typer.main
+built = []
+original = typer.main.get_command_from_info
+def counting(*args, **kwargs):
+    built.append(1)
+    return original(*args, **kwargs)
+typer.main.get_command_from_info = counting
+from stopdoctor.cli import app, main
+sys.argv = ["stopdoctor", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print(len(built), len(app.registered_commands), file=sys.__stderr__)
+"""
+
+
+@pytest.mark.parametrize(("args", "one"), [
+    (["rules", "--json"], True),
+    (["probe-stop", "--help"], True),
+    (["--help"], False),       # the command list needs them all
+    (["inspectx"], False),     # so does "No such command ... Did you mean"
+])
+def test_typer_builds_only_the_command_that_runs(args: list[str], one: bool) -> None:
+    proc = subprocess.run([sys.executable, "-c", COUNT_BUILDS, *args], capture_output=True, text=True, timeout=120)
+    built, registered = map(int, proc.stderr.split()[-2:])
+    assert registered > 10  # all of them are registered again afterwards
+    assert built == (1 if one else registered), proc.stderr[-2000:]
