@@ -347,7 +347,6 @@ def _static_structure(source: str, special_tokens: Mapping[str, str] | None, kno
     """The structure read from the template's syntax tree when no conversation renders: the
     close only (no headers, no openers); the answer is static, and says so."""
     from stopdoctor.template.static_turns import read_close  # jinja2's syntax tree: only when no conversation renders
-
     found = read_close(source, special_tokens, known, reason, limits)
     if found is None:
         return None
