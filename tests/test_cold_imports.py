@@ -83,3 +83,24 @@ def test_typer_builds_only_the_command_that_runs(args: list[str], one: bool) -> 
     built, registered = map(int, proc.stderr.split()[-2:])
     assert registered > 10  # all of them are registered again afterwards
     assert built == (1 if one else registered), proc.stderr[-2000:]
+
+
+def test_a_gguf_read_twice_in_one_process_has_its_tokenizer_built_once(real_gguf_models, tmp_path, monkeypatch) -> None:
+    """`diff A A`, `inspect --against`: the second side reuses the first side's tokenizer (Gemma's
+    cached 262k-token JSON took ~1 s a read); a changed file is read again."""
+    import shutil
+
+    from stopdoctor.actions.gguf_edit import set_int_key
+    from stopdoctor.api import diff_models
+    from stopdoctor.facts import vocab
+
+    reads = []
+    original = vocab._read_or_convert
+    monkeypatch.setattr(vocab, "_read_or_convert", lambda header, key: reads.append(key) or original(header, key))
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(real_gguf_models.smollm2_gguf, copy)
+    assert diff_models(str(copy), str(copy)).exit_code() == 0
+    assert len(reads) == 1
+    set_int_key(copy, "tokenizer.ggml.eos_token_id", 0)  # another file now: its tokenizer is read anew
+    diff_models(str(copy), str(copy))
+    assert len(reads) == 2
