@@ -104,3 +104,36 @@ def test_a_gguf_read_twice_in_one_process_has_its_tokenizer_built_once(real_gguf
     set_int_key(copy, "tokenizer.ggml.eos_token_id", 0)  # another file now: its tokenizer is read anew
     diff_models(str(copy), str(copy))
     assert len(reads) == 2
+
+
+def test_the_runner_knows_which_rule_families_check_each_kind() -> None:
+    """`run_rules` imports only the families listed for its subject's kind: every module of
+    stopdoctor.rules imported, each registered rule's module must be listed for its kind."""
+    import importlib
+    import pkgutil
+    from collections import defaultdict
+
+    import stopdoctor.rules as package
+    from stopdoctor.rules import registry
+    from stopdoctor.rules.inputs import KINDS
+    from stopdoctor.rules.runner import FAMILIES
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    registered = defaultdict(set)
+    for check in registry.REGISTRY.values():
+        if check.code != "SD000":  # the crash pseudo-check, registered by the registry itself
+            registered[KINDS[check.input]].add(check.function.__module__.rpartition(".")[2])
+    assert {kind: set(families) for kind, families in FAMILIES.items()} == dict(registered)
+
+
+def test_inspect_imports_only_the_model_rules_and_the_registry_stays_whole(real_gguf_models) -> None:
+    modules = imported_by("inspect", "--json", str(real_gguf_models.gemma_gguf))
+    assert {"stopdoctor.rules.stops", "stopdoctor.rules.template"} <= modules
+    assert not {"stopdoctor.rules.labels", "stopdoctor.rules.logs", "stopdoctor.rules.provenance",
+                "stopdoctor.rules.expect", "stopdoctor.rules.weights"} & modules
+    code = ("from stopdoctor.rules import registry; from stopdoctor.rules.runner import REGISTRY; "
+            "print(len(REGISTRY), REGISTRY is registry.REGISTRY, 'SD601' in REGISTRY)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    count, same, labels = proc.stdout.split()
+    assert int(count) > 50 and same == "True" and labels == "True", proc.stderr[-2000:]
