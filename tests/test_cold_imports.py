@@ -115,15 +115,14 @@ def test_the_runner_knows_which_rule_families_check_each_kind() -> None:
 
     import stopdoctor.rules as package
     from stopdoctor.rules import registry
-    from stopdoctor.rules.inputs import KINDS
-    from stopdoctor.rules.runner import FAMILIES
+    from stopdoctor.rules.runner import FAMILIES, kind_of
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
     registered = defaultdict(set)
     for check in registry.REGISTRY.values():
         if check.code != "SD000":  # the crash pseudo-check, registered by the registry itself
-            registered[KINDS[check.input]].add(check.function.__module__.rpartition(".")[2])
+            registered[kind_of(check.input)].add(check.function.__module__.rpartition(".")[2])
     assert {kind: set(families) for kind, families in FAMILIES.items()} == dict(registered)
 
 

@@ -48,9 +48,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def kind_of(input: type) -> str | None:
+    """The name (a key of FAMILIES) of the kind of subject `input` is; None when no rule checks it."""
+    return KINDS.get(input)
+
+
 def rules_for(kind: type) -> list[Check]:
     """The registered rules that check subjects of `kind`, by code."""
-    load_families(KINDS.get(kind))  # a kind no rule checks: every family, and none match
+    load_families(kind_of(kind))  # a kind no rule checks: every family, and none match
     rules = registry.REGISTRY
     return [rules[code] for code in sorted(rules) if rules[code].input is kind]
 
