@@ -139,7 +139,7 @@ def handles_errors(command: F) -> F:
             raise typer.Exit(error.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except BaseException as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
+        except BaseException as error:  # the one place that turns bugs into exit 3
             if os.environ.get("STOPDOCTOR_DEBUG"):
                 raise
             if is_native_panic(error):

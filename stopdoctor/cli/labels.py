@@ -31,7 +31,7 @@ class _Progress:
         self.said = False
 
     def __call__(self, done: int, total: int) -> None:
-        if time.monotonic() - self.started < 1.0 or done >= total and self.bar is None:
+        if time.monotonic() - self.started < 1.0 or (done >= total and self.bar is None):
             return
         if not stderr_is_terminal():
             if not self.said:

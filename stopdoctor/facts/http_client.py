@@ -169,11 +169,11 @@ def _opener(watchdog: _Watchdog) -> urllib.request.OpenerDirector:
     https_connection = watched(http.client.HTTPSConnection)
 
     class Http(urllib.request.HTTPHandler):
-        def http_open(self, req):  # noqa: ANN001 - urllib's signature
+        def http_open(self, req):  # urllib's signature
             return self.do_open(http_connection, req)
 
     class Https(urllib.request.HTTPSHandler):
-        def https_open(self, req):  # noqa: ANN001
+        def https_open(self, req):
             return self.do_open(https_connection, req, context=self._context)
 
     return urllib.request.build_opener(Http, Https, _NoRedirect)

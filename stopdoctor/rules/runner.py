@@ -14,7 +14,7 @@ from stopdoctor.rules.inputs import KINDS
 from stopdoctor.rules.registry import REGISTRY, Check, crashed
 
 
-def rules_for(kind: type) -> list[Check]:
+def rules_for(kind: type) -> list[Check]:  # noqa: F811 - shadows the `kind` rules module, imported only to register
     """The registered rules that check subjects of `kind`, by code."""
     return [REGISTRY[code] for code in sorted(REGISTRY) if REGISTRY[code].input is kind]
 

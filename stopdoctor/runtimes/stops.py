@@ -73,7 +73,7 @@ _GLM_NEXT_HEADERS = {"eot": "<|user|>", "eom": "<|observation|>"}
 CONVERTER_TURN_TEXTS: dict[str, dict[str, str]] = {
     **dict.fromkeys(("Glm4MoeForCausalLM", "Glm4vMoeForConditionalGeneration", "Glm4MoeLiteForCausalLM",
                      "GlmMoeDsaForCausalLM"), _GLM_NEXT_HEADERS),
-    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",  # noqa: RUF024 - one shared value, read only
                      "GlmForCausalLM", "ChatGLMModel", "ChatGLMForConditionalGeneration", "GlmasrModel"),
                     {"eot": "<|user|>"}),
     "SolarOpenForCausalLM": {"eot": "<|endoftext|>"},

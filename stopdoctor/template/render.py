@@ -182,7 +182,7 @@ class CompiledTemplate:
                 raise _convert(exc) from exc
             except TemplateError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - anything the untrusted template does is its error
+            except Exception as exc:  # anything the untrusted template does is its error
                 raise _convert(exc) from exc
             finally:
                 generator.close()
@@ -195,7 +195,7 @@ class CompiledTemplate:
 def _compile_cached(source: str) -> CompiledTemplate:
     try:
         template = sandbox_environment().from_string(source)
-    except Exception as exc:  # noqa: BLE001 - syntax errors, nesting too deep for the parser
+    except Exception as exc:  # syntax errors, nesting too deep for the parser
         raise _convert(exc) from exc
     # A ChainMap over the environment's globals, copied into every render's context: flattened
     # once (the environment's globals never change after it is built).
