@@ -26,11 +26,12 @@ Builds text only.
 
 from __future__ import annotations
 
-from stopdoctor.actions.logs.records import REPETITION_THRESHOLD, streams_sql
+from stopdoctor.actions.logs.records import streams_sql
 from stopdoctor.actions.logs.report import HISTOGRAM_BINS
 from stopdoctor.actions.logs.sql import sql_string
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS, SIZED_MAX_TOKENS, token_bin
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 
 # Columns a counted row keeps; the others (line numbers, texts, example details) become NULL.
 # A degenerate-repetition score is kept as whether it passed the threshold; output tokens as
