@@ -67,7 +67,7 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
             say(f"stopdoctor: error: {model.error_line}")
         return report.exit_code(exit_zero=True)
     stale = 0
-    if accepted is not None:
+    if accepted is not None and baseline is not None:  # accepted was read from baseline
         report, stale = apply_baseline(report, accepted, baseline, base)
     write_report(report, settings.format, output, color, exit_zero=exit_zero)
     _summarise(report, exit_zero)

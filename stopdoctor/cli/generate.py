@@ -143,10 +143,10 @@ def generate(
             failed.append((built.thinking, error))  # `--thinking both`: keep the run that worked
     if not runs:
         raise failed[0][1]
-    for mode, error in failed:
-        say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
-        if error.hint:
-            say(f"hint: {error.hint}")
+    for mode, failure in failed:
+        say(f"stopdoctor: error: the run with thinking {mode} could not run: {failure.message}")
+        if failure.hint:
+            say(f"hint: {failure.hint}")
     if json:
         from stopdoctor.reporters.generation import render_generation_json, render_generation_runs_json
 

@@ -76,7 +76,7 @@ class LazyStrings(Sequence[str]):
     def __len__(self) -> int:
         return len(self._starts)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if self._items is None and isinstance(index, int):
             # One string (an eos token's text, say) does not need the whole array decoded.
             start = int(self._starts[index])

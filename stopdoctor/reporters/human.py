@@ -35,6 +35,7 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     for config in result.serving:  # `check --serving`: each file read, with its own verdict
         out.print(f"  serving   {escape(str(config.path))}  [dim]({config.kind})[/]  {serving_verdict(config, result.findings)}")
     verdict = analysis.verdict
+    assert verdict is not None  # `analyze` always decides one
     clues = "; ".join(f"{e.clue} ({e.weight:+d})" for e in verdict.evidence) or "no clue either way"
     out.print(f"  kind      [bold]{verdict.kind}[/]  score {verdict.score:+d} (instruct at +1 or more with a strong "
               f"clue, base at -2 or less)  [dim]{escape(clues)}[/]")

@@ -14,12 +14,14 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
 
-CheckFunction = Callable[[object, "Check"], Iterable[Finding]]
+# Any, not object: each rule takes the one input kind it declares (`input`), which the runner matches
+CheckFunction = Callable[[Any, "Check"], Iterable[Finding]]
 
 
 @dataclass(frozen=True)

@@ -224,10 +224,10 @@ def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
     def text(stop: StopId) -> str | None:
         return stop.text or vocab.text_of(stop.id)
 
-    texts = {text(s) for s in eog}
-    if {"<|return|>", "<|call|>"} <= texts or {"<|calls|>", "<|flush|>"} <= texts:
+    eog_texts = {text(s) for s in eog}
+    if {"<|return|>", "<|call|>"} <= eog_texts or {"<|calls|>", "<|flush|>"} <= eog_texts:
         eog = [s for s in eog if text(s) != "<|end|>"]
-    if texts & {"<|tool_response>", "<|plamo:eos|>"}:
+    if eog_texts & {"<|tool_response>", "<|plamo:eos|>"}:
         eog = [s for s in eog if text(s) != "</s>"]
     return eog
 

@@ -235,7 +235,7 @@ class _Instrument(NodeTransformer):
 
     def visit_For(self, node: jinja2.nodes.For) -> jinja2.nodes.Node:
         self.generic_visit(node)
-        node.iter = self.ext.call_method("_guard_iter", [node.iter], lineno=node.iter.lineno)
+        node.iter = self.ext.call_method("_guard_iter", [node.iter], lineno=node.iter.lineno)  # type: ignore[list-item]  # an Expr, typed Node
         return node
 
     def visit_Concat(self, node: jinja2.nodes.Concat) -> jinja2.nodes.Node:
@@ -351,7 +351,7 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _TemplateDict()
         self.globals["namespace"] = _TemplateNamespace
-        self._limits_ext = self.extensions[_LimitsExtension.identifier]
+        self._limits_ext: _LimitsExtension = self.extensions[_LimitsExtension.identifier]  # type: ignore[assignment]  # registered above
 
     def wrap_str_format(self, value: Any) -> Any:
         """jinja's wrapper of `str.format`/`format_map` (reached on attribute access), with the
@@ -399,7 +399,7 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         predict_binop(operator, left, right, budget)
         return budget.produced(super().call_binop(context, operator, left, right))
 
-    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         budget = current_budget()
         budget.tick()
         target = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format

@@ -471,6 +471,7 @@ def _shown_elsewhere(probe: _Probe, source: str, known: list[str],
             if off is None and on is None:
                 continue
             where = off or on
+            assert where is not None  # one of them, by the `continue` above
             return ReasoningStructure(
                 "think-tags", open_tag, close, prefilled=False, default_on=off is not None,
                 can_disable=off.describe() if off is not None else None, enable=on.describe() if on is not None else None,

@@ -72,7 +72,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
 
 
@@ -185,8 +185,8 @@ class CompiledTemplate:
             except Exception as exc:  # anything the untrusted template does is its error
                 raise _convert(exc) from exc
             finally:
-                generator.close()
-        if recorder is not None:
+                generator.close()  # type: ignore[attr-defined]  # jinja types generate() as an Iterator: it is a generator
+        if recorder is not None and generation_spans is not None:
             generation_spans.extend(recorder.spans)
         return "".join(chunks)
 

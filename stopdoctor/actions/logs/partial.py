@@ -113,6 +113,7 @@ def bucketed_sql(relation: str, file: str, vocabulary: TurnVocabulary, examples:
     if bucket is None:
         moved = "ts"
     else:
+        assert first is not None and last is not None  # a bucket is chosen from them
         lo, hi = (f"CAST({sql_string(t)} AS TIMESTAMP)" for t in (first, last))
         moved = (f"CASE WHEN ts IS NULL THEN NULL WHEN ts = {lo} OR ts = {hi} THEN ts "
                  f"ELSE greatest(time_bucket(INTERVAL '{bucket}', ts), {lo}) END")
