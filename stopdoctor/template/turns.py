@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
@@ -147,7 +146,7 @@ def _user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-def _assistant(text: str, **extra: Any) -> dict:
+def _assistant(text: str, **extra: object) -> dict:
     return {"role": "assistant", "content": text, **extra}
 
 
