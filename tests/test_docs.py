@@ -4,7 +4,9 @@ link resolves, and MkDocs builds the manual with `--strict`.
 
 A runnable example is a fenced block right after `<!-- runnable: exit N -->`: its first line is
 `$ stopdoctor ARGS`, the rest is the command's stdout (run from the repository root, NO_COLOR=1,
-COLUMNS=100; a duration such as `(1.41 s)` is compared as `(t s)`), and N its exit code.
+COLUMNS=100; a duration such as `(1.41 s)` is compared as `(t s)`), and N its exit code. An example
+on `~/.cache/stopdoctor/test-models/…` runs on the real test models wherever fixtures/realmodels.py
+put them (`bash .ci/test-deps` fetches them).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import pytest
 
 from stopdoctor.rules.runner import REGISTRY
 
-from .helpers import cli
+from .helpers import cli, test_models_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 RUNNABLE = re.compile(r"^<!-- runnable: exit (\d+) -->\n```\w*\n\$ stopdoctor ([^\n]*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+REAL_MODELS = "~/.cache/stopdoctor/test-models"  # how the pages write the real test models' folder
 
 
 def _pages() -> list[Path]:
@@ -154,8 +157,15 @@ def _redact(text: str) -> str:
 @pytest.mark.parametrize(("code", "command", "shown"), _examples())
 def test_a_runnable_example_runs_and_its_output_is_current(monkeypatch, code, command, shown):
     monkeypatch.chdir(ROOT)
-    run = cli(*shlex.split(command), env={"NO_COLOR": "1", "COLUMNS": "100"})
-    assert _redact(run.stdout) == _redact(shown), f"the page shows other output than `stopdoctor {command}` prints"
+    args = shlex.split(command)
+    models = str(test_models_dir())
+    if any(REAL_MODELS in arg for arg in args):  # the real test models, wherever fixtures/realmodels.py put them
+        if not Path(models).is_dir():
+            pytest.skip(f"the real test models are not in {models}: run `bash .ci/test-deps` (the README's test command)")
+        args = [arg.replace(REAL_MODELS, models) for arg in args]
+    run = cli(*args, env={"NO_COLOR": "1", "COLUMNS": "100"})
+    stdout = run.stdout.replace(models, REAL_MODELS)
+    assert _redact(stdout) == _redact(shown), f"the page shows other output than `stopdoctor {command}` prints"
     assert run.code == code, run.stderr
 
 
