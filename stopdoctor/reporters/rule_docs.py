@@ -29,6 +29,7 @@ READS = {
     "LogsInput": ("served response logs", "`logs`"),
     "NoneType": ("nothing: it stands for a rule that crashed", "every command that runs rules"),
 }
+TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 SECTIONS = ("What it checks", "Why it matters", "Example", "Fix", "How the runtimes decide (source)")
 
 
@@ -42,10 +43,11 @@ class FixtureCase:
 
 
 def _markdown_text(text: str) -> str:
-    """Docstring prose as Markdown: a `<` outside code spans is written as `&lt;`, so a token such as
-    <think> shows as text instead of vanishing as an HTML tag."""
+    """Docstring prose as Markdown: outside code spans a `<` that could open an HTML tag is written
+    `&lt;`, so a token such as <think> shows as text instead of vanishing as a tag (`<|im_end|>`
+    opens none and stays as it is)."""
     parts = text.split("`")
-    return "`".join(part.replace("<", "&lt;") if i % 2 == 0 else part for i, part in enumerate(parts))
+    return "`".join(TAG_OPEN.sub("&lt;", part) if i % 2 == 0 else part for i, part in enumerate(parts))
 
 
 def _table_cell(text: str) -> str:
@@ -75,7 +77,7 @@ def rule_page(check: Check, fixtures: tuple[FixtureCase, ...] = ()) -> str:
             lines += [f"## {heading}", "", _markdown_text(sections[heading]), ""]
     if fixtures:
         lines += ["## Fixtures", "",
-                  f"Run through the real command line by `tests/test_rules.py` (`tests/rules/{check.code}/`):", ""]
+                  f"Run through the real command line, each in its own folder, by `tests/test_rules.py` (`tests/rules/{check.code}/`):", ""]
         lines += [f"- {case.which}: {_markdown_text(case.about)} (`stopdoctor {' '.join(case.args)}`)" for case in fixtures]
         lines.append("")
     lines += ["The severity is the default: `[tool.stopdoctor.severity]` changes it, `ignore` turns the rule off "
