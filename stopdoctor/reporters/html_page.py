@@ -65,6 +65,12 @@ def script_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def count_ticks(top: int) -> list[int]:
+    """Whole-number ticks from 0 to at least `top`, at most 6 (a count axis never reads 0.5)."""
+    step = next(m * 10 ** k for k in range(20) for m in (1, 2, 5) if top / (m * 10 ** k) <= 5)
+    return list(range(0, top + step, step)) if top else [0, 1]
+
+
 def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
     """A figure whose body vega-embed fills with the spec's SVG; `caption` is escaped here.
     The spec takes the container's width (charts use the page, not a fixed 640 px)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stopdoctor.reporters.html_page import chart, findings_table, page
+from stopdoctor.reporters.html_page import chart, count_ticks, findings_table, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -74,12 +74,6 @@ def _bar_labels(y: str, text: str) -> dict[str, Any]:
     """The value printed above each non-empty bar, so nothing needs a hover."""
     return {"mark": {"type": "text", "dy": -6, "fontSize": 11, "color": "#222"},
             "transform": [{"filter": f"datum.{y} > 0"}], "encoding": {"text": {"field": text}}}
-
-
-def count_ticks(top: int) -> list[int]:
-    """Whole-number ticks from 0 to at least `top`, at most 6 (a count axis never reads 0.5)."""
-    step = next(m * 10 ** k for k in range(20) for m in (1, 2, 5) if top / (m * 10 ** k) <= 5)
-    return list(range(0, top + step, step)) if top else [0, 1]
 
 
 def histogram_spec(h: Any) -> dict[str, Any]:
