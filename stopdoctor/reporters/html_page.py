@@ -81,9 +81,10 @@ def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
             f'<script type="application/json" class="chart-spec" data-target="{chart_id}">{script_json(spec)}</script></div>')
 
 
-def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "") -> str:
+def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "",
+                   heading: bool = True) -> str:
     """Each finding with its severity, rule, message, `fix:` and where it was found; `more` adds a
-    column (the logs page's example answers)."""
+    column (the logs page's example answers, the check page's file:line)."""
     def where(f: Any) -> str:
         loc = f.location
         if loc is None:
@@ -97,7 +98,7 @@ def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more
         f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f)}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
         for f in findings)
     extra = f"<th>{html_text(more_title)}</th>" if more else ""
-    return "<h2>Findings</h2>" + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
+    return ("<h2>Findings</h2>" if heading else "") + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
                                    if rows else "<p>none</p>")
 
 
