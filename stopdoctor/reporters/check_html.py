@@ -76,8 +76,8 @@ def findings_spec(report: Any) -> dict[str, Any]:
     ticks = count_ticks(top)
     y = {"field": "model", "type": "nominal", "sort": {"field": "order", "op": "min"},
          "axis": {"title": None, "labelLimit": 420}}
-    return {"height": {"step": 34}, "data": {"values": values}, "encoding": {"y": y},
-            "layer": [{"mark": "bar", "encoding": {
+    return {"height": 34 * len(report.subjects), "data": {"values": values}, "encoding": {"y": y},
+            "layer": [{"mark": "bar", "transform": [{"filter": "datum.findings > 0"}], "encoding": {
                 "x": {"field": "findings", "type": "quantitative", "aggregate": "sum", "scale": {"domain": [0, ticks[-1]]},
                       "axis": {"title": "findings", "values": ticks, "format": ",d"}},
                 "color": {"field": "severity", "type": "nominal", "title": None,
