@@ -85,7 +85,8 @@ class _Charts(HTMLParser):
         if tag == "line" and any("mark-rule role-mark" in c for c in classes):
             chart.rules += 1
         if tag == "tspan" and any("role-title-text" in c for c in classes):
-            chart.titles.append("")
+            if not chart.titles or chart.titles[-1]:  # a title of several lines: a tspan each
+                chart.titles.append("")
             self.text_into = chart.titles
             return
         if tag == "text":

@@ -71,9 +71,11 @@ def test_generate_page_colours_the_stream_and_marks_the_missed_stop(tmp_path, re
 
     (odds,) = charts
     assert odds.kind == "odds" and odds.drawn
-    assert odds.points == len(steps) and odds.rules == 1 and odds.mark_texts == ["missed stop"]
+    turn = doc["hallucinated_turn"]
+    assert odds.points == len(steps) and odds.rules == 2 and odds.mark_texts == ["missed stop", f"{turn['role']} turn"]
     p = steps[missed["step"]]["p_end_of_turn"]
-    assert odds.titles == [f"red dashed line: the missed stop, <|im_end|> at step {missed['step']} (P {p:.3g})"]
+    assert odds.titles == [f"red dashed line: the missed stop, <|im_end|> at step {missed['step']} (P {p:.3g})",
+                           f"purple dashed line: the model wrote a {turn['role']} turn itself at step {turn['step']}"]
     x_ticks, y_ticks = odds.axis_labels
     assert x_ticks[0] == "0" and x_ticks[-1] == str(len(steps) - 1) and y_ticks[-1] == "1e+0"
     assert "missed stop" in odds.legend_labels and "ordinary token" in odds.legend_labels
@@ -118,6 +120,7 @@ def test_server_page_shows_the_text_and_says_no_odds(tmp_path, real_gguf_models,
     assert doc["steps"] == [] and doc["text"]
     dom, charts = _looked_at(browser, page, tmp_path)
     assert charts == [] and "odds not available" in visible_text(dom)
+    assert f"finish_reason={doc['server']['finish_reason']}" in visible_text(dom) and llama_server.url in visible_text(dom)
     assert printable(doc["text"]).strip() in visible_text(dom)
     screenshot(browser, page, tmp_path / "server.png", tmp_path / "profile", size="1400,900")
 

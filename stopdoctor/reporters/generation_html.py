@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from stopdoctor.actions.stop_odds import LEARNED, NEVER
-from stopdoctor.reporters.generation import describe_cause
+from stopdoctor.reporters.generation import budget_or_weights, describe_cause, reasoning_line
 from stopdoctor.reporters.html_page import chart, count_ticks, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 
@@ -88,6 +88,10 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
         marks.append({"step": missed.step, "colour": "#c62828", "label": "missed stop",
                       "line": f"red dashed line: the missed stop, {missed.text or missed.id} at step {missed.step}"
                               + (f" (P {p:.3g})" if p is not None else "")})
+    turn = d.hallucinated_turn
+    if turn is not None and turn.step is not None:
+        marks.append({"step": turn.step, "colour": "#6a1b9a", "label": f"{turn.role} turn",
+                      "line": f"purple dashed line: the model wrote a {turn.role} turn itself at step {turn.step}"})
     cause = g.cause
     if g.finish_reason == "stop" and cause.step is not None and cause.step >= 0:
         marks.append({"step": cause.step, "colour": "#2e7d32", "label": "stopped",
@@ -120,13 +124,25 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
     return spec
 
 
-def _facts_table(result: Any, fix: Any) -> str:
+def _facts_table(result: Any, fix: Any, evidence: Any) -> str:
     g, d, request = result.generation, result.diagnosis, result.request
     rows = [("finish", describe_cause(g, request.max_new_tokens)),
             ("tokens", f"{g.new_tokens if g.new_tokens is not None else '?'} of a budget of {request.max_new_tokens}"),
             ("stop set", f"{request.stops.source}: " + (", ".join(f"{s.text or '?'} ({s.id})" for s in request.stops.ids) or "no ids")
              + (f"; strings {json.dumps(list(request.stops.strings), ensure_ascii=False)}" if request.stops.strings else "")
              + f" — {request.stops.rule}")]
+    if g.server is not None:
+        server, usage = g.server, g.server.get("usage") or {}
+        said = f"finish_reason={server.get('finish_reason')}" + (
+            f", stop_reason={server.get('stop_reason')}" if server.get("stop_reason") is not None else "") + (
+            f", completion_tokens={usage['completion_tokens']}" if usage.get("completion_tokens") is not None else "")
+        rows.append(("server said", f"{said} ({server.get('url', '')}, route {server.get('route', '')})"))
+        if server.get("rejected_fields"):
+            rows.append(("note", f"the server rejected {', '.join(server['rejected_fields'])}: it does not stop on "
+                                 "those ids; sent without them"))
+    if d.stop_string_left is not None:
+        rows.append(("stop left", f"the stop string {json.dumps(d.stop_string_left.text, ensure_ascii=False)} is in the "
+                                  f"answer at character {d.stop_string_left.offset}: the server did not cut there"))
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
@@ -141,6 +157,13 @@ def _facts_table(result: Any, fix: Any) -> str:
         rows.append(("next turn", f"the model wrote a {t.role} turn itself "
                                   + (f"at step {t.step}" if t.step is not None else f"at character {t.offset}")
                                   + f": {json.dumps(t.evidence, ensure_ascii=False)}"))
+    thought = reasoning_line(result.reasoning)
+    if thought is not None:
+        rows.append(("thought", thought[1]))
+    if (d.hallucinated_turn is None and missed is None and g.finish_reason == "length"
+            and not (result.reasoning and result.reasoning.ran_out_thinking)):
+        never = evidence is not None and evidence.never_stops
+        rows.append(("weights" if never else "budget", budget_or_weights(result, evidence)))
     body = "".join(f"<tr><th>{html_text(k)}</th><td>{html_isolated(v)}</td></tr>" for k, v in rows)
     if fix is not None:
         body += f'<tr><th>fix</th><td class="fix">{html_isolated(fix.text)}</td></tr>'
@@ -151,13 +174,15 @@ def _verdict_class(code: int, result: Any) -> str:
     return "bad" if code else ("good" if result.generation.finish_reason == "stop" else "meh")
 
 
-def _run_html(index: int, result: Any, fix: Any, code: int) -> str:
+def _run_html(index: int, result: Any, fix: Any, evidence: Any, code: int) -> str:
     g, request = result.generation, result.request
     mode = request.prompt.thinking
-    parts = [f"<h2>Run{'' if mode == 'default' else f' with thinking {html_text(mode)}'}: "
-             f"{html_text(result.engine)} on {html_text(result.device)}</h2>",
+    where = (f"through {g.server.get('url', 'a server')}" if g.server is not None
+             else f"{result.engine} on {result.device}")
+    parts = [f"<h2>Run{'' if mode == 'default' else f' with thinking {html_text(mode)}'}: {html_isolated(where)}</h2>",
              f'<p class="verdict {_verdict_class(code, result)}">{html_isolated(describe_cause(g, request.max_new_tokens))}'
-             f" — exit code {code}</p>", _facts_table(result, fix)]
+             f" — exit code {code}</p>", _facts_table(result, fix, evidence),
+             f'<h3>Prompt</h3><div class="stream prompt">{html_text(request.prompt.text)}</div>']
     if g.steps:
         parts += ["<h3>The token stream</h3>", _key(), _stream(result)]
         spec = odds_spec(result)
@@ -177,9 +202,8 @@ def _run_html(index: int, result: Any, fix: Any, code: int) -> str:
 def render_generation_html(runs: list) -> str:
     """`runs`: (result, fix, evidence, exit code) per run, as `generate` builds them."""
     first = runs[0][0]
-    parts = [STYLE, f"<h1>stopdoctor generate {html_isolated(first.model)}</h1>",
-             f"<h2>Prompt</h2><div class=\"stream\">{html_text(first.request.prompt.text)}</div>"]
-    parts += [_run_html(i, result, fix, code) for i, (result, fix, _evidence, code) in enumerate(runs)]
+    parts = [STYLE, f"<h1>stopdoctor generate {html_isolated(first.model)}</h1>"]
+    parts += [_run_html(i, result, fix, evidence, code) for i, (result, fix, evidence, code) in enumerate(runs)]
     return page(f"stopdoctor generate {first.model}", "".join(parts))
 
 
