@@ -203,3 +203,23 @@ def test_check_page_lists_every_model_and_finding_with_its_file_and_line(repo, t
     assert chart.mark_texts == [str(len(m["findings"])) for m in doc["models"]]
     assert chart.legend_labels == ["error", "warning", "info"]
     screenshot(browser, page, tmp_path / "check.png", tmp_path / "profile", size="1400,2000")
+
+
+@pytest.mark.slow
+@pytest.mark.needs_torch
+def test_generate_page_on_weights_with_a_nan_end_of_turn_row_says_so(tmp_path, real_models):
+    """NaN odds at every step (a NaN <|im_end|> row): the page says the odds are not finite and
+    draws no chart of NaN, instead of the command failing."""
+    import numpy as np
+
+    from .test_hostile_stop_odds import _with_row
+
+    browser = _browser()
+    folder = _with_row(real_models.smollm2_hf, tmp_path / "m", np.nan)
+    page = tmp_path / "nan.html"
+    run = cli("generate", str(folder), "-m", "user", "What is the capital of France?", "--max-new-tokens", "8",
+              "--device", "cpu", "--html", str(page), "--json")
+    assert run.code in (0, 1), run.stderr
+    dom, charts = _looked_at(browser, page, tmp_path)
+    assert charts == [] and len(TOKEN.findall(dom)) == len(run.json()["steps"]) == 8
+    assert "8 of 8 steps have no finite P(end-of-turn)" in visible_text(dom)

@@ -74,7 +74,8 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
     g, d = result.generation, result.diagnosis
     stop_ids = set(result.request.stops.id_list)
     missed = d.should_have_stopped
-    measured = [s for s in g.steps if s.p_end_of_turn is not None]
+    # NaN or infinite odds (broken weights) are said under the chart, never drawn (JSON has no NaN)
+    measured = [s for s in g.steps if s.p_end_of_turn is not None and math.isfinite(s.p_end_of_turn)]
     if not measured:
         return None
     values = [{"step": s.step, "p": s.p_end_of_turn, "drawn": max(s.p_end_of_turn, FLOOR), "token": s.text,
@@ -190,7 +191,12 @@ def _run_html(index: int, result: Any, fix: Any, evidence: Any, code: int) -> st
             parts += ["<h3>P(end-of-turn) at each step</h3>",
                       chart(f"odds-{index}", "odds", "how likely the model thought ending the turn was, before each token "
                             f"(log scale; below {FLOOR:.0e} drawn at {FLOOR:.0e})", spec)]
-        else:
+        broken = sum(1 for s in g.steps if s.p_end_of_turn is not None and not math.isfinite(s.p_end_of_turn))
+        if broken:
+            parts.append(f'<p class="no-odds error">{broken} of {len(g.steps)} steps have no finite P(end-of-turn): '
+                         "the model's output holds NaN or infinite values (its weights are broken; see "
+                         "<code>inspect --weights</code>)</p>")
+        elif spec is None:
             parts.append('<p class="no-odds">P(end-of-turn) was not measured for this run.</p>')
     else:
         parts += ["<h3>The text the server returned</h3>", f'<div class="stream">{html_text(g.text or "")}</div>',
