@@ -136,8 +136,11 @@ def test_stop_odds_page_draws_the_spread_and_every_answer(tmp_path, real_models)
     run = cli("stop-odds", str(real_models.smollm2_hf), "--html", str(page), "--json")
     doc = run.json()
     dom, charts = _looked_at(browser, page, tmp_path)
-    (histogram,) = charts
+    histogram, strip = charts
     p = [e["p_end_of_turn"] for e in doc["examples"]]
+    assert strip.drawn and strip.points == len(p) and strip.rules == 3
+    assert strip.mark_texts == [f"median {doc['median_p_end_of_turn']:.4f}", "0.01: below, never learned",
+                                "0.1: above, ends turns"]
     counts = [sum(low <= x < high or (high == 1.0 and x == 1.0) for x in p) for low, high in zip(EDGES, EDGES[1:])]
     assert histogram.drawn and histogram.bars == 7
     assert histogram.mark_texts == [str(n) for n in counts if n]

@@ -258,6 +258,33 @@ def histogram_spec(values: list[float]) -> dict[str, Any]:
                  "transform": [{"filter": "datum.answers > 0"}], "encoding": {"text": {"field": "answers"}}}]}
 
 
+def strip_spec(odds: Any) -> dict[str, Any]:
+    """Every answer of the verdict as a dot on a log axis of P(end-of-turn), with the median and
+    the verdict's two thresholds as labelled rules."""
+    values = [{"p": e.p_end_of_turn, "drawn": max(e.p_end_of_turn, FLOOR), "source": e.context.source,
+               "answer": e.context.preview, "shown": f"{e.p_end_of_turn:.4g}"} for e in odds.judged]
+    lowest = math.floor(math.log10(min([v["drawn"] for v in values] + [NEVER / 10])))
+    x = {"field": "drawn", "type": "quantitative", "scale": {"type": "log", "domain": [10.0 ** lowest, 1]},
+         "axis": {"title": "P(end-of-turn) where each answer ends (log)", "format": ".0e",
+                  "values": [10.0 ** k for k in range(lowest, 1)]}}
+    # the thresholds' labels along the top, the median's along the bottom: never on the dots
+    rules = [{"at": odds.median_p_end_of_turn, "label": f"median {odds.median_p_end_of_turn:.4f}", "colour": "#000", "y": 100},
+             {"at": NEVER, "label": f"{NEVER:g}: below, never learned", "colour": "#c62828", "y": 10},
+             {"at": LEARNED, "label": f"{LEARNED:g}: above, ends turns", "colour": "#2e7d32", "y": 10}]
+    for rule in rules:
+        rule["drawn"] = max(rule["at"], FLOOR)
+    rule_x = {"field": "drawn", "type": "quantitative"}
+    return {"height": 110, "data": {"values": values},
+            "layer": [{"mark": {"type": "point", "filled": True, "size": 70, "opacity": 0.7, "color": "#37474f"},
+                       "encoding": {"x": x, "tooltip": [{"field": "source"}, {"field": "answer"},
+                                                        {"field": "shown", "title": "P(end-of-turn)"}]}},
+                      {"data": {"values": rules}, "mark": {"type": "rule", "strokeDash": [4, 3], "strokeWidth": 2},
+                       "encoding": {"x": rule_x, "color": {"field": "colour", "type": "nominal", "scale": None}}},
+                      {"data": {"values": rules}, "mark": {"type": "text", "align": "left", "dx": 4, "fontSize": 11},
+                       "encoding": {"x": rule_x, "y": {"field": "y", "type": "quantitative", "scale": None},
+                                    "text": {"field": "label"}, "color": {"field": "colour", "type": "nominal", "scale": None}}}]}
+
+
 def _answers_table(odds: Any) -> str:
     rows = "".join(
         f'<tr class="answer"><td class="num">{e.context.index}</td><td>{html_isolated(e.context.source)}</td>'
@@ -283,8 +310,10 @@ def render_stop_odds_html(odds: Any) -> str:
              + (f"; {len(odds.apart)} plain-text row(s) measured apart (median {odds.median_apart:.4f}), not in the verdict"
                 if odds.apart else "") + "</p>"]
     if judged:
-        parts.append(chart("odds-histogram", "odds-histogram",
+        parts += (chart("odds-histogram", "odds-histogram",
                            f"how P(end-of-turn) spreads over the {len(judged)} answers of the verdict (by decade)",
-                           histogram_spec(judged)))
+                           histogram_spec(judged)),
+                     chart("odds-strip", "odds-strip", "every answer of the verdict as a dot, with the median and the "
+                           "verdict's thresholds", strip_spec(odds)))
     parts.append(_answers_table(odds))
     return page(f"stopdoctor stop-odds {odds.model}", "".join(parts))
