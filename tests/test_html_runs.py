@@ -226,3 +226,23 @@ def test_generate_page_on_weights_with_a_nan_end_of_turn_row_says_so(tmp_path, r
     dom, charts = _looked_at(browser, page, tmp_path)
     assert charts == [] and len(TOKEN.findall(dom)) == len(run.json()["steps"]) == 8
     assert "8 of 8 steps have no finite P(end-of-turn)" in visible_text(dom)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_torch
+def test_stop_odds_page_keeps_hostile_answers_and_file_names_as_text(tmp_path, real_models):
+    browser = _browser()
+    folder = tmp_path / "<img src=x onerror=alert(3)>"
+    folder.mkdir()
+    data = folder / "rows.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": "Say it."},
+                                                     {"role": "assistant", "content": f"{HOSTILE} {i}"}]}) + "\n"
+                            for i in range(2)))
+    page = tmp_path / "hostile-odds.html"
+    doc = cli("stop-odds", str(real_models.smollm2_hf), "--data", str(data), "--html", str(page), "--json").json()
+    assert len(doc["examples"]) == 2
+    assert "<img" not in _without_code(page.read_text())
+    dom, charts = _looked_at(browser, page, tmp_path)
+    assert "<img" not in _without_code(dom) and all(c.drawn for c in charts) and charts[1].points == 2
+    text = visible_text(dom)
+    assert all(printable(e["answer_end"]) in text and e["source"] in text for e in doc["examples"])
