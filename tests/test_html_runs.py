@@ -246,3 +246,11 @@ def test_stop_odds_page_keeps_hostile_answers_and_file_names_as_text(tmp_path, r
     assert "<img" not in _without_code(dom) and all(c.drawn for c in charts) and charts[1].points == 2
     text = visible_text(dom)
     assert all(printable(e["answer_end"]) in text and e["source"] in text for e in doc["examples"])
+
+
+def test_html_refusals_are_one_line_and_exit_2(repo, synth_root):
+    run = cli("generate", str(synth_root / "clean-chatml"), "--fragment-test", "--html", "page.html")
+    assert run.code == 2 and "--html draws one generation; drop --fragment-test" in run.stderr
+    (repo / "a-folder").mkdir()
+    run = cli("check", "models/clean", "--html", "a-folder")
+    assert run.code == 2 and "a-folder: cannot write: not a regular file" in run.stderr and "Traceback" not in run.stderr
