@@ -103,11 +103,13 @@ def _subject_html(subject: Any, base: Path, fail_on: Severity) -> str:
         if place is None:
             return ""
         text = relative_uri(place.path, base)[0] + (f":{place.line}" if place.line else "")
+        key = finding.location.key if finding.location is not None else None
         accepted = '<div class="baseline">in the baseline: accepted, not failing</div>' if finding.baseline else ""
-        return f"<code>{html_text(text)}</code>{accepted}"
+        return (f"<code>{html_text(text)}</code>" + (f' <span class="where">{html_isolated(key)}</span>' if key else "")
+                + accepted)
 
     if subject.error is None or subject.findings:
-        parts.append(findings_table(subject.findings, where, "file:line", heading=False))
+        parts.append(findings_table(subject.findings, where, "file:line", heading=False, inline_where=False))
     live = subject.live
     if live is not None:
         parts.append(f"<p>live probe: <b>{html_text(live.verdict)}</b>: {html_isolated(live.reason)}</p>")

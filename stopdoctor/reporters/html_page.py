@@ -82,7 +82,7 @@ def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
 
 
 def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "",
-                   heading: bool = True) -> str:
+                   heading: bool = True, inline_where: bool = True) -> str:
     """Each finding with its severity, rule, message, `fix:` and where it was found; `more` adds a
     column (the logs page's example answers, the check page's file:line)."""
     def where(f: Any) -> str:
@@ -95,7 +95,7 @@ def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more
     rows = "".join(
         f'<tr class="finding"><td class="{f.severity.label}">{f.severity.label}</td>'
         f"<td>{html_text(f.code)}<br>{html_text(f.name)}</td><td>{html_isolated(f.message)}"
-        f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f)}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
+        f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f) if inline_where else ""}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
         for f in findings)
     extra = f"<th>{html_text(more_title)}</th>" if more else ""
     return ("<h2>Findings</h2>" if heading else "") + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
