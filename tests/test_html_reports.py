@@ -94,6 +94,9 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
             assert f"<td class=\"num\">{total:,}</td>" in row
             for n in counts.values():
                 assert f"{n:,} <span class=\"where\">({n / total * 100:.1f}%)</span>" in row
+    budget_rows = dict(zip(report["by_max_tokens"], re.findall(r'<tr class="drill by-budget">(.*?)</tr>', dom, re.S)))
+    for figures in report["charts"]["output_tokens"]:  # the answers at the budget, per budget, as the histograms count them
+        assert f"{figures['at_budget']} of {figures['total']} (" in budget_rows[str(figures["max_tokens"])]
     model_row = re.search(r'<tr class="drill by-model">.*?</tr>', dom, re.S).group(0)
     for key, problem in report["problems"].items():
         if problem["count"]:
@@ -111,7 +114,7 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
     assert "The answer is" in sd701 and "&lt;think&gt;x&lt;/think&gt;Answer: 3" in sd701
 
     shot = tmp_path / "logs.png"
-    screenshot(browser, page, shot, tmp_path / "profile")
+    screenshot(browser, page, shot, tmp_path / "profile", size="1400,4200")  # down to the drill-downs
     assert shot.stat().st_size > 50_000  # a page of charts and tables, not a blank one
 
 

@@ -171,11 +171,16 @@ def _problems_table(problems: dict[str, Any]) -> str:
             f"{rows or '<tr><td colspan=5>none</td></tr>'}</table>")
 
 
+def _reasons(table: dict[str, dict[str, int]]) -> list[str]:
+    """The finish reasons of a table, in the colours' order (the chart's and the table's)."""
+    present = list(dict.fromkeys(r for counts in table.values() for r in counts))
+    return [f for f in COLOURS if f in present] + [f for f in present if f not in COLOURS]
+
+
 def shares_spec(table: dict[str, dict[str, int]], title: str) -> dict[str, Any]:
     """One bar per row (model or max_tokens), its finish reasons as shares of 100%, each segment of
     4% or more written with its share; the counts are in the table beside it."""
-    reasons = list(dict.fromkeys(r for counts in table.values() for r in counts))
-    domain = [f for f in COLOURS if f in reasons] + [f for f in reasons if f not in COLOURS]
+    domain = _reasons(table)
     values = []
     for order, (key, counts) in enumerate(table.items()):
         total = sum(counts.values())
@@ -216,7 +221,7 @@ def _drill_down(chart_id: str, title: str, first: str, table: dict[str, dict[str
     share, and `extra(key)` (a model's problems, a budget's answers at the budget)."""
     if not table:
         return ""
-    reasons = list(dict.fromkeys(r for counts in table.values() for r in counts))
+    reasons = _reasons(table)
     head = "".join(f"<th>{html_text(r)}</th>" for r in reasons)
     rows = "".join(f'<tr class="drill {chart_id}"><td>{html_isolated(key)}</td><td class=num>{sum(counts.values()):,}</td>'
                    f"{_share_cells(counts, reasons)}<td>{extra(key)}</td></tr>" for key, counts in table.items())
@@ -236,9 +241,9 @@ def _budget_facts(charts: Any):
     def cell(key: str) -> str:
         mine = [h for h in (charts.histograms if charts is not None else ()) if str(h.max_tokens) == key]
         if not mine:
-            return ""
-        at = sum(h.at_budget for h in mine)
-        return (f"{at:,} at the budget; models: " + ", ".join(html_isolated(h.model) for h in mine))
+            return ('<span class="where">— (not counted: the histograms above cover the most common model and '
+                    'max_tokens pairs whose output tokens are logged)</span>')
+        return "; ".join(f"{h.at_budget:,} of {h.total:,} ({html_isolated(h.model)})" for h in mine)
     return cell
 
 
@@ -269,6 +274,6 @@ def render_logs_html(result: Any) -> str:
     parts.append(_drill_down("by-model", "Per model", "model", report.by_model,
                              "finish reasons per model, as shares of its answers", "problems found", _model_problems(report.problems)))
     parts.append(_drill_down("by-budget", "Per max_tokens", "max_tokens", report.by_max_tokens,
-                             "finish reasons per max_tokens value, as shares of its answers", "at the budget",
+                             "finish reasons per max_tokens value, as shares of its answers", "answers at the budget (model)",
                              _budget_facts(charts)))
     return page("stopdoctor logs", "".join(parts))
