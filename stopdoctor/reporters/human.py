@@ -6,7 +6,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from stopdoctor.rules.results import InspectResult
-from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Check
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.stops import RUNTIMES
@@ -138,12 +137,3 @@ def render_rules_human(checks: list[Check], color: bool = False, width: int = 10
         table.add_row(check.code, check.name, check.severity.label, escape(check.summary))
     out.print(table)
     return text_of(out)
-
-
-def rules_markdown() -> str:
-    """The README rules table, generated from the registry (a test fails when the README is stale)."""
-    lines = ["| code | name | severity | what it checks |", "|---|---|---|---|"]
-    for code in sorted(REGISTRY):
-        check = REGISTRY[code]
-        lines.append(f"| {check.code} | `{check.name}` | {check.severity.label} | {check.summary} |")
-    return "\n".join(lines)
