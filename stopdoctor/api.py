@@ -175,7 +175,7 @@ def logs_findings(report: Any) -> list[Finding]:
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
-                      settings: Any = None, on_progress: Callable[[float], None] | None = None,
+                      settings: Any = None, on_progress: Callable[[str, float], None] | None = None,
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
     from stopdoctor.rules.results import LogsResult

@@ -65,7 +65,7 @@ def _members(text: str) -> dict[str, tuple[int, int, int]]:
         if text[i] != '"':
             raise ValueError(f"expected a key at {i}")
         key_start = i
-        key, i = json.decoder.scanstring(text, i + 1)
+        key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]  # public in CPython, missing in typeshed
         i = _skip(text, i)
         if text[i] != ":":
             raise ValueError(f"expected ':' at {i}")
@@ -243,11 +243,11 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
         choice = str(serving.generation_config.value) if serving.generation_config else "auto"
         if choice in ("auto", "vllm"):
             return []  # the model's own generation_config.json is what needs the fix
-        after = _replace_vllm_generation_config(serving)
-        if after is None:
+        replaced = _replace_vllm_generation_config(serving)
+        if replaced is None:
             notes.append(f"{serving.path}: set --generation-config auto (the folder {choice} lacks the end-of-turn id)")
             return []
-        return [FileEdit(serving.path, label, text, after, f"--generation-config {choice} → auto")]
+        return [FileEdit(serving.path, label, text, replaced, f"--generation-config {choice} → auto")]
     for finding in findings:
         if finding.code in ("SD401", "SD402", "SD405", "SD407") and serving.kind in ("llamacpp", "vllm"):
             notes.append(f"{finding.code} {finding.name}: {finding.fix}")

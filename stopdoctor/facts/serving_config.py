@@ -43,6 +43,7 @@ class ServingConfig:
     def location(self, key: str | Setting | None = None) -> Location:
         """Where `key` is set: a Setting's own line as the parser recorded it, else the line of the
         first setting read under that key, else the key looked up in the text."""
+        setting: Setting | None
         if isinstance(key, Setting):
             setting, key = key, key.key
         else:

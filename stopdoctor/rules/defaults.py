@@ -83,11 +83,11 @@ def ollama_context_truncates(subject: ServingInput, self: Check):
     needs: list[tuple[int, str, str | None]] = []
     budget = serving.max_tokens.value if serving.max_tokens is not None else None
     if isinstance(budget, int) and budget > small.value:
-        needs.append((budget, f"num_predict {budget:,}", serving.max_tokens.key))
+        needs.append((budget, f"num_predict {budget:,}", serving.max_tokens.key if serving.max_tokens else None))
     reasoning = subject.analysis.reasoning
     card = card_output_tokens(subject.analysis.facts) if reasoning.is_reasoning and reasoning.default_on is not False else None
     if card is not None and card.value > small.value and budget is None:
-        needs.append((card.value, f"the {card.value:,} output tokens its card recommends for a thinking model", serving.model.key))
+        needs.append((card.value, f"the {card.value:,} output tokens its card recommends for a thinking model", serving.model.key if serving.model else None))
     if not needs:
         return
     need, what, key = max(needs)

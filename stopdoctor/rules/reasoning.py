@@ -33,7 +33,7 @@ from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Check, check
 
 # vLLM reasoning parsers by the framing they read (runtimes/engines/vllm.py cites each parser).
-VLLM_PARSERS = engine("vllm").reasoning_parsers
+VLLM_PARSERS = engine("vllm").reasoning_parsers  # type: ignore[union-attr]  # a registered engine
 HARMONY_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "harmony"))
 # Parsers that read everything before `</think>` as reasoning, all of the output when none comes.
 OPEN_ENDED_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "open-ended"))

@@ -276,7 +276,7 @@ def _template_mismatch(analysis: Analysis, serving: ServingConfig) -> tuple[str,
     if not model_ends:
         return None
     ends = _end_markers(analysis, serving)
-    key = (serving.template or serving.template_name).key
+    key = (serving.template or serving.template_name).key  # type: ignore[union-attr]  # one is set: checked above
     if not ends:
         if serving.template is not None:
             return (f"the template given by {key} never closes an assistant turn", "use the model's own chat template",

@@ -73,7 +73,7 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
     named = " / ".join(f"{m.text} (id {m.stop_id})" for m in markers)
     current = sorted({d.id for d in generation_eos(analysis.facts) if d.id is not None})
     wanted = analysis.suggested_stop_ids(current)
-    verb = "ends assistant turns with" if analysis.turns.style != "next-header" else "ends assistant turns where the next turn opens with"
+    verb = "ends assistant turns with" if analysis.turns is None or analysis.turns.style != "next-header" else "ends assistant turns where the next turn opens with"
     message = f"the template {verb} {named}, but {', '.join(missing)} will not stop on it"
     if stopping:
         message += f" ({', '.join(stopping)} will)"

@@ -128,7 +128,7 @@ def effective_sampling(facts: ModelFacts, serving: ServingConfig | None = None) 
     sampled = bool(do_sample is not None and do_sample.value is True)
     request = _serving_values(serving) if serving is not None and serving.kind == "request" else {}
     modelfile = _serving_values(serving) if serving is not None and serving.kind == "ollama" else {}
-    rows = []
+    rows: list[tuple[str, dict[str, SampledValue], str, bool | None]] = []
     if hf:
         found = _from_facts(facts, ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"))
         rows.append(("transformers", found, "generation_config.json, else GenerationConfig's defaults; greedy unless "
@@ -152,7 +152,7 @@ def effective_sampling(facts: ModelFacts, serving: ServingConfig | None = None) 
         values = _fill(runtime, {**found, **request})
         temperature = next(v.value for v in values if v.key == "temperature")
         if greedy is None or request.get("temperature") is not None:
-            greedy = _number(temperature) and temperature <= 0
+            greedy = isinstance(temperature, (int, float)) and _number(temperature) and temperature <= 0
         out.append(RuntimeSampling(runtime, values, bool(greedy), rule + ("; the request body's keys win" if request else "")))
     return out
 

@@ -73,7 +73,7 @@ _GLM_NEXT_HEADERS = {"eot": "<|user|>", "eom": "<|observation|>"}
 CONVERTER_TURN_TEXTS: dict[str, dict[str, str]] = {
     **dict.fromkeys(("Glm4MoeForCausalLM", "Glm4vMoeForConditionalGeneration", "Glm4MoeLiteForCausalLM",
                      "GlmMoeDsaForCausalLM"), _GLM_NEXT_HEADERS),
-    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",  # noqa: RUF024 - one shared value, read only
                      "GlmForCausalLM", "ChatGLMModel", "ChatGLMForConditionalGeneration", "GlmasrModel"),
                     {"eot": "<|user|>"}),
     "SolarOpenForCausalLM": {"eot": "<|endoftext|>"},
@@ -224,10 +224,10 @@ def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
     def text(stop: StopId) -> str | None:
         return stop.text or vocab.text_of(stop.id)
 
-    texts = {text(s) for s in eog}
-    if {"<|return|>", "<|call|>"} <= texts or {"<|calls|>", "<|flush|>"} <= texts:
+    eog_texts = {text(s) for s in eog}
+    if {"<|return|>", "<|call|>"} <= eog_texts or {"<|calls|>", "<|flush|>"} <= eog_texts:
         eog = [s for s in eog if text(s) != "<|end|>"]
-    if texts & {"<|tool_response>", "<|plamo:eos|>"}:
+    if eog_texts & {"<|tool_response>", "<|plamo:eos|>"}:
         eog = [s for s in eog if text(s) != "</s>"]
     return eog
 

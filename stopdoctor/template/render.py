@@ -74,7 +74,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
 
 
@@ -190,11 +190,11 @@ class CompiledTemplate:
                 raise _convert(exc) from exc
             except TemplateError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - anything the untrusted template does is its error
+            except Exception as exc:  # anything the untrusted template does is its error
                 raise _convert(exc) from exc
             finally:
-                generator.close()
-        if recorder is not None:
+                generator.close()  # type: ignore[attr-defined]  # jinja types generate() as an Iterator: it is a generator
+        if recorder is not None and generation_spans is not None:
             generation_spans.extend(recorder.spans)
         return "".join(chunks)
 
@@ -205,7 +205,7 @@ def _compile_cached(source: str) -> CompiledTemplate:
 
     try:
         template = sandbox_environment().from_string(source)
-    except Exception as exc:  # noqa: BLE001 - syntax errors, nesting too deep for the parser
+    except Exception as exc:  # syntax errors, nesting too deep for the parser
         raise _convert(exc) from exc
     # A ChainMap over the environment's globals, copied into every render's context: flattened
     # once (the environment's globals never change after it is built).

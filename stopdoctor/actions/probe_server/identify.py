@@ -59,7 +59,7 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
     chosen = model or (ids[0] if ids else None)
     entry = next((e for e in entries if str(e.get("id")) == chosen), entries[0] if entries else {})
     owner = str(entry.get("owned_by", "")).lower()
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    meta = m if isinstance(m := entry.get("meta"), dict) else {}
     facts["context"] = _int(meta.get("n_ctx")) or _int(entry.get("max_model_len"))
     server_header = models_reply.headers.get("server", "")
     if server_header:
@@ -105,7 +105,7 @@ def _llama_props(transport: Transport, facts: dict[str, Any], seen: dict[str, An
         return
     props = reply.data
     settings = props.get("default_generation_settings") if isinstance(props.get("default_generation_settings"), dict) else {}
-    params = settings.get("params") if isinstance(settings.get("params"), dict) else {}
+    params = p if isinstance(p := settings.get("params"), dict) else {}
     caps = props.get("chat_template_caps") if isinstance(props.get("chat_template_caps"), dict) else {}
     n_predict = params.get("n_predict")
     facts.update(version=props.get("build_info") if isinstance(props.get("build_info"), str) else None,

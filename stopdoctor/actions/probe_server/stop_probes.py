@@ -253,5 +253,5 @@ def _tool_call_cut(ctx: ProbeContext) -> list[str]:
         try:
             json.loads(arguments) if isinstance(arguments, str) else None
         except ValueError:
-            return [f"a tool call cut at max_tokens={CUT_BUDGET} mid-JSON ({arguments[:60]!r}) is reported as 'tool_calls'"]
+            return [f"a tool call cut at max_tokens={CUT_BUDGET} mid-JSON ({str(arguments)[:60]!r}) is reported as 'tool_calls'"]
     return []
