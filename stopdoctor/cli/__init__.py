@@ -36,8 +36,8 @@ def commands_to_build(args: list[str]) -> list:
     every_command = app.registered_commands
     if not args or args[0].startswith("-"):
         return every_command
-    named = [info for info in every_command
-             if (info.name or get_command_name(info.callback.__name__)) == args[0]]
+    named = [info for info in every_command if info.callback is not None
+             and (info.name or get_command_name(info.callback.__name__)) == args[0]]
     return named or every_command
 
 

@@ -53,7 +53,7 @@ def kind_of(input: type) -> str | None:
     return KINDS.get(input)
 
 
-def rules_for(kind: type) -> list[Check]:  # noqa: F811 - shadows the `kind` rules module, imported only to register
+def rules_for(kind: type) -> list[Check]:
     """The registered rules that check subjects of `kind`, by code."""
     load_families(kind_of(kind))  # a kind no rule checks: every family, and none match
     rules = registry.REGISTRY
