@@ -1,9 +1,11 @@
-"""Small helpers shared by tests: run the CLI in-process and read its streams."""
+"""Small helpers shared by tests: run the CLI in-process and read its streams; count the CPU time
+a block of work took (never wall-clock seconds, which a busy machine stretches)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass
 
 from typer.testing import CliRunner
@@ -26,6 +28,28 @@ def cli(*args: str, env: dict | None = None) -> Run:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def _cpu_seconds() -> float:
+    try:
+        import resource
+    except ImportError:  # no resource module (Windows): this process's own time only
+        return time.process_time()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuClock:
+    """CPU seconds spent since it was made, by this process (all its threads) and by the children it
+    has waited for (subprocess.run waits): the work a command did. A bound on it fails when the
+    command does too much, never because other processes shared the cores (issue 28)."""
+
+    def __init__(self) -> None:
+        self.start = _cpu_seconds()
+
+    @property
+    def seconds(self) -> float:
+        return _cpu_seconds() - self.start
 
 
 def test_models_dir():

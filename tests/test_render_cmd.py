@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ from stopdoctor.api import load
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.actions.render import render_prompt
+
+from .helpers import CpuClock
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATML_OK = ROOT / "fixtures" / "examples" / "chatml-ok"
@@ -279,12 +280,11 @@ def test_hostile_template_is_refused_at_the_cli(tmp_path: Path, name: str) -> No
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["chat_template"] = HOSTILE[name]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    start = time.monotonic()
+    work = CpuClock()  # the child's CPU seconds: a busy machine's other processes are not counted
     proc = subprocess.run([sys.executable, "-m", "stopdoctor", "render", str(folder), "-m", "user", "Hi"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "STOPDOCTOR_DEBUG": ""})
-    elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
-    assert elapsed < 10
+    assert work.seconds < 10
     assert proc.stderr.startswith("stopdoctor: error: chat template")
     assert len(proc.stderr.splitlines()[0]) < 400 and "Traceback" not in proc.stderr
     assert proc.stdout == ""

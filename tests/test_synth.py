@@ -118,9 +118,9 @@ def test_rebuild_over_an_existing_folder_drops_stale_files(tmp_path: Path) -> No
 def test_each_folder_builds_in_under_a_second_and_is_small(tmp_path: Path) -> None:
     synth.build_case("clean-llama3", tmp_path / "warm")  # the one-off BPE training is not per folder
     for name in synth.CASES:
-        start = time.perf_counter()
+        work = time.process_time()  # CPU seconds: a busy machine's other processes are not counted
         folder = synth.build_case(name, tmp_path / name)
-        assert time.perf_counter() - start < 1.0, name
+        assert time.process_time() - work < 1.0, name
         assert sum(p.stat().st_size for p in folder.iterdir()) < 300_000, name
 
 
