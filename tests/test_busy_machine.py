@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import CpuClock, cli
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -71,6 +71,20 @@ def test_one_render_is_bounded_by_its_own_cpu_time():
     with pytest.raises(TemplateError, match=r"ran longer than 0\.3 s \(its own CPU time\)"):
         render_chat(endless, USER, limits=RenderLimits(max_seconds=0.3))
     assert time.process_time() - cpu < 3
+
+
+def test_cpu_clock_counts_a_childs_work_and_never_the_time_it_waits():
+    """Tests bound commands' time with CpuClock (tests/helpers.py): it must see work done in a child
+    process, and must not see time spent waiting (what a busy machine adds)."""
+    import subprocess
+
+    waited = CpuClock()
+    time.sleep(0.5)
+    assert waited.seconds < 0.25
+    worked = CpuClock()
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    assert worked.seconds >= 0.5
 
 
 def _busy(until: float) -> None:
