@@ -38,6 +38,11 @@ from fixtures import fresh_templates, reasoning_templates, templates  # noqa: E4
 from stopdoctor.template.reasoning import analyze_reasoning  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
+
+# Out of the quick loop (issue 28): reading three corpora of ~600 templates is seconds of work; the
+# full suite and CI measure them. The quick loop covers the same reading with each shape's own unit
+# test (tests/test_reasoning_shapes.py, tests/test_reasoning.py, tests/test_hostile_reasoning.py).
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 LABELS = json.loads((DATA / "reasoning_labels.json").read_text(encoding="utf-8"))["labels"]
 FRESH_LABELS = json.loads((DATA / "fresh_reasoning_labels.json").read_text(encoding="utf-8"))["labels"]
 REASONING2_LABELS = json.loads((DATA / "reasoning2_labels.json").read_text(encoding="utf-8"))["labels"]

@@ -131,9 +131,12 @@ def test_gguf_rows_match_a_full_dequantisation(real_gguf_models):
                 assert np.array_equal(rows[token_id], full[k].astype(np.float32)), (path.name, tensor.name)
         if reader is not None:
             embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
-            whole = dequantize(embd.data, embd.tensor_type)
-            rows = read_gguf_rows(path, header.tensors["token_embd.weight"], [2, 100, 49151])
-            assert all(np.array_equal(rows[i], whole[i]) for i in (2, 100, 49151))
+            # gguf-py's own offsets and blocks; a row de-quantises from its own blocks alone, so
+            # the three rows compared are de-quantised, not all 49,152 (seconds on a busy machine)
+            picked = [2, 100, 49151]
+            whole = dict(zip(picked, dequantize(np.asarray(embd.data[picked]), embd.tensor_type)))
+            rows = read_gguf_rows(path, header.tensors["token_embd.weight"], picked)
+            assert all(np.array_equal(rows[i], whole[i]) for i in picked)
 
 
 def _untrained(spec: Path) -> dict[int, dict]:
