@@ -28,9 +28,10 @@ from typing import Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
 from stopdoctor.facts.serving_config import ServingConfig, Setting
-from stopdoctor.facts.serving_engines import guess_engine, launcher_kind, parse_engine_command
+from stopdoctor.facts.serving_engines import CommandSyntax, guess_engine, launcher_kind, parse_engine_command
 
-KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
+# The file formats parsed here; the other engines' command lines are read by their `CommandSyntax`.
+KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
 MAX_STOPS = 1024  # stop strings or stop ids in one file
 
@@ -38,20 +39,21 @@ MAX_STOPS = 1024  # stop strings or stop ids in one file
 # --- loading -------------------------------------------------------------------------------------
 
 
-def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str]) -> ServingConfig:
+def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str],
+                 commands: Mapping[str, CommandSyntax]) -> ServingConfig:
     """Parse a serving file; `kind` is guessed from its name and content when None, a command
-    line's by its launcher (`launchers`: program → kind, from the engine registry;
-    `runtimes.serving.load_serving` passes it)."""
+    line's by its launcher (`launchers`: program → kind; `commands`: kind → its command syntax;
+    both from the engine registry, which `runtimes.serving.load_serving` asks)."""
     path = Path(path)
     text = _read(path)
-    if kind is not None and kind not in KINDS:
-        raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(KINDS)}")
-    kind = kind or guess_kind(path, text, launchers)
+    kinds = KINDS + tuple(commands)
+    if kind is not None and kind not in kinds:
+        raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(kinds)}")
+    kind = kind or guess_kind(path, text, launchers, commands.values())
     if kind == "request":
         return _parse_request(path, text)
-    if kind in KINDS[4:]:  # the other engines' servers
-
-        return parse_engine_command(path, text, kind)
+    if kind in commands:  # the other engines' servers
+        return parse_engine_command(path, text, commands[kind])
     if kind == "ollama":
         return _parse_modelfile(path, text)
     if kind == "vllm":
@@ -65,7 +67,7 @@ def _read(path: Path) -> str:
     return load_text(path, str(path), max_bytes=MAX_SERVING_BYTES, encoding="utf-8-sig")
 
 
-def guess_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str:
+def guess_kind(path: Path, text: str, launchers: Mapping[str, str], commands: Iterable[CommandSyntax]) -> str:
     name = path.name.lower()
     stripped = text.lstrip()
     if name.endswith((".jinja", ".jinja2", ".j2")) or stripped.startswith(("{%", "{{", "{#")):
@@ -83,7 +85,7 @@ def guess_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str:
     launched = launcher_kind(path, text, launchers)
     if launched is not None:
         return launched
-    engine = guess_engine(text)
+    engine = guess_engine(text, commands)
     if engine is not None:
         return engine
     if re.search(r"(?<![\w-])vllm(?![\w-])|vllm\.entrypoints", text):

@@ -124,6 +124,28 @@ def _stop_ids(declared: list[DeclaredId]) -> list[StopId]:
     return [StopId(d.id, d.text, d.location) for d in declared if d.id is not None]
 
 
+def stop_ids(declared: list[DeclaredId]) -> list[StopId]:
+    """The declared ids that are ids (an engine module's stop set is built from these)."""
+    return _stop_ids(declared)
+
+
+def config_top_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """config.json's top-level eos_token_id (what `json.load(config.json).get("eos_token_id")` sees)."""
+    return [d for d in facts.declared_for("eos", "config.json") if "." not in (d.location.key or "")]
+
+
+def generation_file_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """generation_config.json's own eos_token_id ids (none when the file is absent)."""
+    return facts.declared_for("eos", "generation_config.json")
+
+
+def generation_file_eos_value(facts: ModelFacts) -> object:
+    """generation_config.json's raw `eos_token_id` value (None when absent), for engines that test
+    its truth or its presence."""
+    document = facts.documents.get("generation_config.json")
+    return document.get("eos_token_id") if isinstance(document, dict) else None
+
+
 def generation_eos(facts: ModelFacts) -> list[DeclaredId]:
     """The eos ids of the generation config transformers and vLLM would build."""
     if "generation_config.json" in facts.documents:

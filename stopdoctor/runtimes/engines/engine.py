@@ -1,14 +1,21 @@
 """The one type an engine module fills in (`Engine`) and the cited values it holds: hidden
-defaults, sampling defaults, reasoning parsers. Data only: every value says the engine version and
-the source file it was read from.
+defaults, sampling defaults, reasoning parsers, and the engine's behaviour as functions its module
+supplies (its stop sets from the model's files, what its server stops on under a serving file, the
+line that makes it stop on an end-of-turn). Every value says the engine version and the source file
+it was read from.
 
-Imports: nothing from stopdoctor.
+Imports: core, facts (the model's facts and the parsed serving file, as types), runtimes.stops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.facts.serving_engines import CommandSyntax
+from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,26 @@ class ReasoningParser:
 
 
 @dataclass(frozen=True)
+class ServingStops:
+    """What a server really stops on under one serving file."""
+
+    ids: frozenset[int]
+    texts: tuple[str, ...]
+    rule: str
+    known: bool = True  # False when a file it depends on could not be read
+
+
+# The engine's own stop sets from the model's files; the second argument is llama.cpp's
+# end-of-generation set, already computed (engines that load a GGUF through llama.cpp reuse it).
+StopSets = Callable[[ModelFacts, Sequence[StopId]], list[RuntimeStops]]
+# What its server stops on: (model facts, serving file, the model's stop sets when known).
+ServedStops = Callable[[ModelFacts, ServingConfig, Sequence[RuntimeStops] | None], ServingStops]
+# The line that makes its server stop on end-of-turn markers (text, id when one special token),
+# given the model's GGUF file name when it is one; None: the generic generation_config.json advice.
+StopAdvice = Callable[[Sequence[tuple[str, int | None]], str | None], str | None]
+
+
+@dataclass(frozen=True)
 class Engine:
     name: str  # the name the stop sets and reports use
     listed: int  # where reports list it: the core runtimes first, in the order stopdoctor has always used
@@ -58,6 +85,23 @@ class Engine:
     sampling: SamplingDefaults | None = None
     reasoning_parsers: tuple[ReasoningParser, ...] = ()
     sources: tuple[str, ...] = field(default=())  # further citations for the values above
+    # Its server's command line beyond the launcher: which flags name the model and the budget
+    # (engines whose command `facts.serving_engines.parse_engine_command` reads).
+    command: CommandSyntax | None = None
+    stop_sets: StopSets | None = None
+    more_stop_sets: tuple[str, ...] = ()  # names of further sets `stop_sets` returns (an older release's rule)
+    # Whether `inspect` lists its stop sets (and `generate --stops runtime:NAME` takes them); an engine
+    # added later starts with False, so the listing and its snapshots change only on purpose. Serving
+    # checks and probe-server use `stop_sets` either way.
+    stop_sets_in_inspect: bool = True
+    served_stops: ServedStops | None = None  # None: its own stop set from the model's files
+    stop_advice: StopAdvice | None = None
+    request_stop_ids: bool = False  # its requests take "stop_token_ids" (named in the generic advice)
+    serves_jinja_template: bool = False  # the serving file's --chat-template is a Jinja template it applies
+
+    def stop_set_names(self) -> tuple[str, ...]:
+        """The `runtime` names of the stop sets `stop_sets` returns."""
+        return ((self.name,) + self.more_stop_sets) if self.stop_sets is not None else ()
 
     def names(self) -> tuple[str, ...]:
         """Every spelling that means this engine, lower case, its own name first."""

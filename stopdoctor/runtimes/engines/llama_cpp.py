@@ -1,18 +1,51 @@
 """llama.cpp (`llama-server`, `llama-cli`; `server` before b3100).
 
-Imports: runtimes.engines.engine.
+Served stops: every end-of-generation id (`runtimes.stops`), with `--override-kv` eos/eot/eom ids
+swapped in, plus `-r` strings; `--ignore-eos` drops every id.
+
+Imports: facts, runtimes.stops, runtimes.advice, runtimes.engines.engine.
 """
 
-from stopdoctor.runtimes.engines.engine import Engine, SamplingDefaults
+from collections.abc import Sequence
+
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.runtimes.advice import llama_cpp_stop_lines
+from stopdoctor.runtimes.engines.engine import Engine, SamplingDefaults, ServingStops
+from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
+
+NAME = "llama.cpp"
+
+
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
+    if serving.ignore_eos is not None and serving.ignore_eos.value:
+        return ServingStops(frozenset(), tuple(s.value for s in serving.stop), "--ignore-eos: no end-of-generation id stops")
+    stops = model_stops if model_stops is not None else effective_stops(facts)
+    ids = set(next(s for s in stops if s.runtime == NAME).ids)
+    for role in ("eos", "eot", "eom"):
+        override = serving.kv_overrides.get(f"tokenizer.ggml.{role}_token_id")
+        if override is not None:
+            ids -= {d.id for d in facts.declared_for(role) if d.id is not None}
+            ids.add(override.value)
+    return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop),
+                        "GGUF eos/eot/eom (after --override-kv) plus llama.cpp's end-of-generation texts")
+
+
+def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str:
+    return llama_cpp_stop_lines(markers)
+
 
 ENGINE = Engine(
-    name="llama.cpp", listed=3, serving_kind="llamacpp",
+    name=NAME, listed=3, serving_kind="llamacpp",
     stop_rule="every end-of-generation token of the GGUF vocabulary (llama_vocab_is_eog)",
     stop_rule_source="runtimes/stops.py (llama_vocab_is_eog, src/llama-vocab.cpp)",
     spellings=("llama-cpp",),
     launchers=("llama-server", "llama-cli", "server"),
     launchers_source="llama.cpp tools/server, tools/main; the server binary was `server` before b3100",
     owned_by=("llamacpp",),
+    served_stops=served_stops,
+    stop_advice=stop_advice,
+    serves_jinja_template=True,
     sampling=SamplingDefaults(
         {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.0, "presence_penalty": 0.0},
         "llama.cpp common/common.h common_params_sampling (llama-cpp-python 0.3.36's)"),

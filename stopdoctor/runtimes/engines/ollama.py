@@ -1,9 +1,28 @@
 """Ollama (Modelfiles, `ollama serve`).
 
-Imports: runtimes.engines.engine.
+Served stops: the GGUF eos id(s) plus `PARAMETER stop` strings.
+
+Imports: facts, runtimes.stops, runtimes.engines.engine.
 """
 
-from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults
+from collections.abc import Sequence
+
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults, ServingStops
+from stopdoctor.runtimes.stops import RuntimeStops
+
+
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
+    # Ollama's llama.cpp runner stops on every EOG id (runner/llamarunner TokenIsEog); its own
+    # engine on tokenizer.ggml.eos_token_id plus tokenizer.ggml.eos_token_ids only.
+    eos = {d.id for d in facts.declared_for("eos") if d.id is not None and (facts.is_gguf or d.location.file != "config.json")}
+    return ServingStops(frozenset(eos), tuple(s.value for s in serving.stop), "the GGUF eos id(s) plus PARAMETER stop strings")
+
+
+def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str:
+    return " and ".join(f'PARAMETER stop "{text}"' for text, _ in markers)
+
 
 # Ollama's context when neither the Modelfile, the request nor OLLAMA_CONTEXT_LENGTH names num_ctx:
 # by the machine's VRAM, read from server/routes.go (ollama 0.33, Aug 2026): `defaultNumCtx` =
@@ -25,6 +44,8 @@ ENGINE = Engine(
     stop_rule_source="runtimes/serving.py (runner/llamarunner TokenIsEog)",
     config_files=("Modelfile*", "*.modelfile"),
     owned_by=("ollama", "library"),
+    served_stops=served_stops,
+    stop_advice=stop_advice,
     defaults=CONTEXT_BY_VRAM,
     sampling=SamplingDefaults(
         {"temperature": 0.8, "top_p": 0.9, "top_k": 40, "min_p": None, "repetition_penalty": 1.1, "presence_penalty": 0.0},

@@ -1,9 +1,52 @@
 """vLLM (`vllm serve`, the OpenAI api_server module, `--config` YAML).
 
-Imports: runtimes.engines.engine.
+Served stops: the tokenizer eos plus the generation config's eos ids; `--generation-config
+auto|vllm` reads the model's own file, a folder reads that folder's, a GGUF has none
+(`ModelConfig.try_get_generation_config`).
+
+Imports: facts, runtimes.stops, runtimes.engines.engine.
 """
 
-from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, ReasoningParser, SamplingDefaults
+from collections.abc import Sequence
+
+from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.facts.serving import generation_config_eos
+from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.runtimes.engines.engine import (Engine, HiddenDefault, ReasoningParser, SamplingDefaults,
+                                                ServingStops)
+from stopdoctor.runtimes.stops import RuntimeStops, generation_eos, tokenizer_eos
+
+
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
+    tokenizer = {d.id for d in (facts.declared_for("eos") if facts.is_gguf else tokenizer_eos(facts)) if d.id is not None}
+    choice = str(serving.generation_config.value) if serving.generation_config else "auto"
+    if facts.is_gguf:
+        # try_get_generation_config returns None for a GGUF: only the tokenizer eos stops.
+        return ServingStops(frozenset(tokenizer), (), "GGUF: the tokenizer eos only")
+    if choice in ("auto", "vllm"):
+        # Both load the model's own generation config for its eos ids; "vllm" only drops its
+        # sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
+        generation = {d.id for d in generation_eos(facts) if d.id is not None}
+        return ServingStops(frozenset(tokenizer | generation), (),
+                            f"tokenizer eos plus the model's generation config eos_token_id (--generation-config {choice})")
+    found = generation_config_eos(serving, choice)
+    if found is None:
+        return ServingStops(frozenset(tokenizer), (), f"tokenizer eos; --generation-config {choice} could not be read", known=False)
+    folder, generation = found
+    return ServingStops(frozenset(tokenizer | generation), (),
+                        f"tokenizer eos plus {folder / 'generation_config.json'} eos_token_id")
+
+
+def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str | None:
+    ids = [token_id for _, token_id in markers if token_id is not None]
+    if len(ids) != len(markers):
+        return None
+    if len(ids) == 1:
+        return (f"add {ids[0]} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write) "
+                f"and serve with --generation-config auto (per request: \"stop_token_ids\": [{ids[0]}])")
+    return (f"add {' and '.join(map(str, ids))} to the model's generation_config.json eos_token_id (stopdoctor fix "
+            f"MODEL --write) and serve with --generation-config auto (per request: \"stop_token_ids\": {ids})")
+
 
 ENGINE = Engine(
     name="vllm", listed=1, hf_core=True, serving_kind="vllm",
@@ -13,6 +56,9 @@ ENGINE = Engine(
     launchers_source="the `vllm` console script and `python -m vllm.entrypoints.openai.api_server`",
     config_files=("*.yaml", "*.yml"),  # the file given to `vllm serve --config`
     owned_by=("vllm",),
+    served_stops=served_stops,
+    stop_advice=stop_advice,
+    serves_jinja_template=True,
     defaults=(
         HiddenDefault("vllm", "0.33.0", "/v1/completions", "max new tokens", 16, '"max_tokens"',
                       "vllm/entrypoints/openai/completion/protocol.py CompletionRequest.max_tokens = 16"),
