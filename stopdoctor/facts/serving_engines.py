@@ -29,9 +29,9 @@ class CommandSyntax:
     pattern: str  # a regex naming the server in a file's text (read when no launcher says it)
     model_flags: tuple[str, ...] = ()
     max_tokens_flags: tuple[str, ...] = ()  # the flag that sets the budget of a request naming none
-    # The words before a positional model (`lmdeploy serve api_server MODEL`): the model is the
-    # first word after them that is no flag.
-    model_after: tuple[str, ...] = ()
+    # The words that may come before a positional model (`lmdeploy serve api_server MODEL`), one
+    # tuple per way to start the server: the model is the word after them when it is no flag.
+    model_after: tuple[tuple[str, ...], ...] = ()
 
 
 # Words that run another program: the launcher is after them (with their flags and VAR=value).
@@ -87,11 +87,12 @@ def guess_engine(text: str, commands: Iterable[CommandSyntax]) -> str | None:
     return None
 
 
-def _positional_model(words: list[str], after: tuple[str, ...]) -> Setting | None:
-    for i in range(len(words) - len(after)):
-        if tuple(words[i:i + len(after)]) == after:
-            rest = words[i + len(after):]
-            return Setting(rest[0], after[-1]) if rest and not rest[0].startswith("-") else None
+def _positional_model(words: list[str], starts: tuple[tuple[str, ...], ...]) -> Setting | None:
+    for after in starts:
+        for i in range(len(words) - len(after)):
+            if tuple(words[i:i + len(after)]) == after:
+                following = words[i + len(after)]
+                return None if following.startswith("-") else Setting(following, after[-1])
     return None
 
 
