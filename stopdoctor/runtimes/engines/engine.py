@@ -66,6 +66,18 @@ ServedStops = Callable[[ModelFacts, ServingConfig, Sequence[RuntimeStops] | None
 # The line that makes its server stop on end-of-turn markers (text, id when one special token),
 # given the model's GGUF file name when it is one; None: the generic generation_config.json advice.
 StopAdvice = Callable[[Sequence[tuple[str, int | None]], str | None], str | None]
+# SD401's (fix, key) from the advice line, the serving file and whether every marker is one id.
+StopFix = Callable[[str, ServingConfig, bool], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class ReasoningControls:
+    """A server's own reasoning switches (llama.cpp's `--reasoning`, `--reasoning-budget`)."""
+
+    switch: tuple[str, ...]  # flags that turn thinking off by passing enable_thinking=false to the template
+    budget: str  # the flag that caps the thought at N tokens by forcing its close
+    legacy_template: str  # the flag that routes around the Jinja template (its parser applies the budget)
+    source: str
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,28 @@ class Engine:
     stop_advice: StopAdvice | None = None
     request_stop_ids: bool = False  # its requests take "stop_token_ids" (named in the generic advice)
     serves_jinja_template: bool = False  # the serving file's --chat-template is a Jinja template it applies
+    template_language: str = "jinja"  # how its serving file's own template is written ("go": Ollama's text/template)
+    # Its llama.cpp runner stops on every end-of-generation id while its own engine stops on the
+    # eos only (Ollama): a marker on llama.cpp's list but not served is a warning, not an error.
+    runner_stops_on_eog: bool = False
+    # It matches stop strings on the output text with special tokens skipped (vLLM's
+    # skip_special_tokens=True): a stop string that is one special token never matches.
+    stop_strings_on_visible_text: bool = False
+    stop_fix: StopFix | None = None  # None: (the advice line, "--model")
+    context_option: str | None = None  # the serving file's option that sets the context (Ollama's PARAMETER num_ctx)
+    sampling_options: Mapping[str, str] = field(default_factory=dict)  # serving-file option → sampler (Ollama PARAMETERs)
+    # Serving-file options that set presence penalty and temperature (rules/reasoning.py reads them).
+    served_sampling_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reasoning_controls: ReasoningControls | None = None
+    # What probe-server reads of a live server of this engine:
+    server_header: str | None = None  # how its HTTP `Server` header starts (llama.cpp: "llama.cpp")
+    version_route: str | None = None  # the route whose JSON `version` names its version
+    tokenize_route: str | None = None  # a route that tokenizes {"content", "add_special"} (llama.cpp /tokenize)
+    stop_string_kept_on_request: bool = False  # it takes include_stop_str_in_output (vLLM, SGLang)
+
+    def open_tag_parser(self, name: str) -> bool:
+        """`name` is one of its reasoning parsers that needs the open tag in the output."""
+        return any(name in p.names for p in self.reasoning_parsers if p.framing == "open-tag")
 
     def stop_set_names(self) -> tuple[str, ...]:
         """The `runtime` names of the stop sets `stop_sets` returns."""

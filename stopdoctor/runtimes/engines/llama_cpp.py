@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.runtimes.advice import llama_cpp_stop_lines
-from stopdoctor.runtimes.engines.engine import Engine, SamplingDefaults, ServingStops
+from stopdoctor.runtimes.engines.engine import Engine, ReasoningControls, SamplingDefaults, ServingStops
 from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
 
 NAME = "llama.cpp"
@@ -31,6 +31,10 @@ def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequenc
                         "GGUF eos/eot/eom (after --override-kv) plus llama.cpp's end-of-generation texts")
 
 
+def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:
+    return (f"add {line}", "--override-kv") if all_ids else (f"add {line} (or fix the template)", "-r")
+
+
 def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str:
     return llama_cpp_stop_lines(markers)
 
@@ -46,6 +50,13 @@ ENGINE = Engine(
     served_stops=served_stops,
     stop_advice=stop_advice,
     serves_jinja_template=True,
+    stop_fix=stop_fix,
+    server_header="llama.cpp",  # tools/server/server.cpp sets `Server: llama.cpp`
+    tokenize_route="/tokenize",  # tools/server/server.cpp handle_tokenize
+    served_sampling_keys={"presence_penalty": ("--presence-penalty",), "temperature": ("--temp",)},
+    reasoning_controls=ReasoningControls(
+        ("-rea", "--reasoning"), "--reasoning-budget", "--no-jinja",
+        "tools/server/server.cpp and common/arg.cpp (--reasoning, --reasoning-budget), common/chat.cpp"),
     sampling=SamplingDefaults(
         {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.0, "presence_penalty": 0.0},
         "llama.cpp common/common.h common_params_sampling (llama-cpp-python 0.3.36's)"),

@@ -20,6 +20,10 @@ def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequenc
     return ServingStops(frozenset(eos), tuple(s.value for s in serving.stop), "the GGUF eos id(s) plus PARAMETER stop strings")
 
 
+def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:
+    return f"add {line}", "PARAMETER stop"
+
+
 def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str:
     return " and ".join(f'PARAMETER stop "{text}"' for text, _ in markers)
 
@@ -46,6 +50,14 @@ ENGINE = Engine(
     owned_by=("ollama", "library"),
     served_stops=served_stops,
     stop_advice=stop_advice,
+    stop_fix=stop_fix,
+    template_language="go",  # TEMPLATE is a Go text/template (template/template.go)
+    runner_stops_on_eog=True,  # runner/llamarunner TokenIsEog; its own engine: the eos ids only
+    context_option="PARAMETER num_ctx",
+    # PARAMETER names that mean one of runtimes.sampling.KEYS (api/types.go Options)
+    sampling_options={"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                      "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty"},
+    served_sampling_keys={"presence_penalty": ("PARAMETER presence_penalty",), "temperature": ("PARAMETER temperature",)},
     defaults=CONTEXT_BY_VRAM,
     sampling=SamplingDefaults(
         {"temperature": 0.8, "top_p": 0.9, "top_k": 40, "min_p": None, "repetition_penalty": 1.1, "presence_penalty": 0.0},

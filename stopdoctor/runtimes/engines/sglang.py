@@ -53,6 +53,8 @@ ENGINE = Engine(
     command=CommandSyntax("sglang", r"\bsglang(?:\.launch_server|\s+serve)\b", ("--model-path", "--model")),
     stop_sets=stop_sets,
     request_stop_ids=True,  # SamplingParams.stop_token_ids
+    version_route="/version",  # srt/entrypoints/http_server.py
+    stop_string_kept_on_request=True,  # the OpenAI protocol's include_stop_str_in_output (srt/entrypoints/openai/protocol.py)
     owned_by=("sglang",),
     defaults=(
         HiddenDefault("sglang", "0.5.23", "/v1/completions", "max new tokens", 16, '"max_tokens"',

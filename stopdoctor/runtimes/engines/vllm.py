@@ -37,6 +37,10 @@ def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequenc
                         f"tokenizer eos plus {folder / 'generation_config.json'} eos_token_id")
 
 
+def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:
+    return line, (serving.generation_config.key if serving.generation_config else "--generation-config")
+
+
 def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> str | None:
     ids = [token_id for _, token_id in markers if token_id is not None]
     if len(ids) != len(markers):
@@ -59,6 +63,12 @@ ENGINE = Engine(
     served_stops=served_stops,
     stop_advice=stop_advice,
     serves_jinja_template=True,
+    stop_fix=stop_fix,
+    version_route="/version",  # vllm/entrypoints/openai/api_server.py show_version
+    stop_string_kept_on_request=True,  # SamplingParams.include_stop_str_in_output
+    # SamplingParams.skip_special_tokens defaults to True; stop strings are checked by the
+    # detokenizer on the output text (vllm/sampling_params.py, v1/engine/detokenizer.py).
+    stop_strings_on_visible_text=True,
     defaults=(
         HiddenDefault("vllm", "0.33.0", "/v1/completions", "max new tokens", 16, '"max_tokens"',
                       "vllm/entrypoints/openai/completion/protocol.py CompletionRequest.max_tokens = 16"),
