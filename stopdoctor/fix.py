@@ -30,7 +30,7 @@ from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
-from stopdoctor.runtimes.engines import hf_runtimes
+from stopdoctor.runtimes.engines import hf_runtimes, serving_engine
 from stopdoctor.runtimes.stops import tokenizer_eos
 
 if TYPE_CHECKING:
@@ -221,7 +221,9 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
     codes = {f.code for f in findings}
     text = serving.text
     label = serving.path.name
-    if serving.kind == "ollama":
+    served = serving_engine(serving.kind)
+    fix_edit = served.fix_edit if served is not None else None
+    if fix_edit == "stop-strings":
         wanted = []
         for finding in findings:
             if finding.code != "SD401":
@@ -239,9 +241,9 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
         except (ValueError, KeyError) as exc:
             raise InputError(f"{serving.path}: cannot edit ignore_eos: {exc}") from exc
         return [FileEdit(serving.path, label, text, after, "ignore_eos true → false")]
-    if serving.kind == "vllm" and "SD401" in codes:
+    if fix_edit == "generation-config" and "SD401" in codes:
         choice = str(serving.generation_config.value) if serving.generation_config else "auto"
-        if choice in ("auto", "vllm"):
+        if choice in served.own_generation_config:
             return []  # the model's own generation_config.json is what needs the fix
         after = _replace_vllm_generation_config(serving)
         if after is None:
@@ -249,7 +251,7 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
             return []
         return [FileEdit(serving.path, label, text, after, f"--generation-config {choice} → auto")]
     for finding in findings:
-        if finding.code in ("SD401", "SD402", "SD405", "SD407") and serving.kind in ("llamacpp", "vllm"):
+        if finding.code in ("SD401", "SD402", "SD405", "SD407") and served is not None and served.fix_notes:
             notes.append(f"{finding.code} {finding.name}: {finding.fix}")
     return []
 

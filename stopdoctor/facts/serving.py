@@ -54,13 +54,13 @@ def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str],
         return _parse_request(path, text)
     if kind in commands:  # the other engines' servers
         return parse_engine_command(path, text, commands[kind])
-    if kind == "ollama":
-        return _parse_modelfile(path, text)
-    if kind == "vllm":
-        if path.suffix.lower() in (".yaml", ".yml"):
-            return _parse_vllm_yaml(path, text)
-        return _parse_vllm_command(path, text)
-    return _parse_llamacpp_command(path, text)
+    return FORMATS.get(kind, _parse_llamacpp_command)(path, text)
+
+
+def _parse_vllm(path: Path, text: str) -> ServingConfig:
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _parse_vllm_yaml(path, text)
+    return _parse_vllm_command(path, text)
 
 
 def _read(path: Path) -> str:
@@ -528,3 +528,8 @@ def _generation_folder_eos(folder: Path) -> set[int]:
                 return {v for v in value if isinstance(v, int)}
             return set()
     return set()
+
+
+# The file formats parsed here, by the serving kind that names them (the engine registry's
+# `serving_kind`); any other kind's command line is read by its `CommandSyntax`.
+FORMATS = {"vllm": _parse_vllm, "ollama": _parse_modelfile, "llamacpp": _parse_llamacpp_command}

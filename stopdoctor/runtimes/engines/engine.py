@@ -93,6 +93,10 @@ class Engine:
     config_files: tuple[str, ...] = ()  # serving files of its own, by name pattern
     owned_by: tuple[str, ...] = ()  # what its `/v1/models` writes in `owned_by`
     hf_core: bool = False  # one of the core runtimes reading an HF folder's own stop ids (rules compare these)
+    # Its stop ids come from the generation config alone (transformers): an empty set means the
+    # model declares no stop id at all (SD106), not that it misses the end-of-turn.
+    generation_config_only: bool = False
+    gguf_native: bool = False  # it reads a GGUF's own end-of-generation list (llama.cpp), not one eos as HF loaders do
     defaults: tuple[HiddenDefault, ...] = ()
     sampling: SamplingDefaults | None = None
     reasoning_parsers: tuple[ReasoningParser, ...] = ()
@@ -123,6 +127,13 @@ class Engine:
     # Serving-file options that set presence penalty and temperature (rules/reasoning.py reads them).
     served_sampling_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     reasoning_controls: ReasoningControls | None = None
+    # What `fix` does with its serving file: "stop-strings" adds the missed end-of-turn markers as
+    # stop strings (Ollama's PARAMETER stop); "generation-config" points a --generation-config
+    # FOLDER that lacks the end-of-turn back at the model's own (vLLM); None edits nothing.
+    fix_edit: str | None = None
+    fix_notes: bool = False  # fix prints the SD401/402/405/407 advice for its command line
+    # The --generation-config values under which it reads the model's own generation_config.json.
+    own_generation_config: tuple[str, ...] = ()
     # What probe-server reads of a live server of this engine:
     server_header: str | None = None  # how its HTTP `Server` header starts (llama.cpp: "llama.cpp")
     version_route: str | None = None  # the route whose JSON `version` names its version

@@ -40,7 +40,7 @@ def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> 
 
 
 ENGINE = Engine(
-    name=NAME, listed=3, serving_kind="llamacpp",
+    name=NAME, listed=3, serving_kind="llamacpp", gguf_native=True,
     stop_rule="every end-of-generation token of the GGUF vocabulary (llama_vocab_is_eog)",
     stop_rule_source="runtimes/stops.py (llama_vocab_is_eog, src/llama-vocab.cpp)",
     spellings=("llama-cpp",),
@@ -51,6 +51,7 @@ ENGINE = Engine(
     stop_advice=stop_advice,
     serves_jinja_template=True,
     stop_fix=stop_fix,
+    fix_notes=True,
     server_header="llama.cpp",  # tools/server/server.cpp sets `Server: llama.cpp`
     tokenize_route="/tokenize",  # tools/server/server.cpp handle_tokenize
     served_sampling_keys={"presence_penalty": ("--presence-penalty",), "temperature": ("--temp",)},

@@ -51,6 +51,7 @@ ENGINE = Engine(
     served_stops=served_stops,
     stop_advice=stop_advice,
     stop_fix=stop_fix,
+    fix_edit="stop-strings",
     template_language="go",  # TEMPLATE is a Go text/template (template/template.go)
     runner_stops_on_eog=True,  # runner/llamarunner TokenIsEog; its own engine: the eos ids only
     context_option="PARAMETER num_ctx",

@@ -6,7 +6,7 @@ Imports: runtimes.engines.engine.
 from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults
 
 ENGINE = Engine(
-    name="transformers", listed=0, hf_core=True,
+    name="transformers", listed=0, hf_core=True, generation_config_only=True,
     stop_rule="generation_config.eos_token_id only; the tokenizer's eos is never consulted",
     stop_rule_source="runtimes/stops.py (transformers GenerationConfig eos handling)",
     spellings=("transformers serve",),

@@ -17,13 +17,18 @@ from stopdoctor.runtimes.engines.engine import (Engine, HiddenDefault, Reasoning
 from stopdoctor.runtimes.stops import RuntimeStops, generation_eos, tokenizer_eos
 
 
+# --generation-config values that load the model's own generation config for its eos ids; "vllm"
+# only drops its sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
+OWN_GENERATION_CONFIG = ("auto", "vllm")
+
+
 def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
     tokenizer = {d.id for d in (facts.declared_for("eos") if facts.is_gguf else tokenizer_eos(facts)) if d.id is not None}
     choice = str(serving.generation_config.value) if serving.generation_config else "auto"
     if facts.is_gguf:
         # try_get_generation_config returns None for a GGUF: only the tokenizer eos stops.
         return ServingStops(frozenset(tokenizer), (), "GGUF: the tokenizer eos only")
-    if choice in ("auto", "vllm"):
+    if choice in OWN_GENERATION_CONFIG:
         # Both load the model's own generation config for its eos ids; "vllm" only drops its
         # sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
         generation = {d.id for d in generation_eos(facts) if d.id is not None}
@@ -64,6 +69,9 @@ ENGINE = Engine(
     stop_advice=stop_advice,
     serves_jinja_template=True,
     stop_fix=stop_fix,
+    fix_edit="generation-config",
+    fix_notes=True,
+    own_generation_config=OWN_GENERATION_CONFIG,
     version_route="/version",  # vllm/entrypoints/openai/api_server.py show_version
     stop_string_kept_on_request=True,  # SamplingParams.include_stop_str_in_output
     # SamplingParams.skip_special_tokens defaults to True; stop strings are checked by the
