@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from stopdoctor.analysis.core import Analysis
     from stopdoctor.facts.serving import ServingConfig
 
-HF_RUNTIMES = hf_runtimes()  # transformers, vLLM, TGI: the engine registry says which
 
 
 # --- JSON text surgery ------------------------------------------------------------------------------
@@ -142,7 +141,7 @@ def remaining_findings(findings: list[Finding], plan: FixPlan) -> list[Finding]:
 
 def _missing_end_ids(analysis: Analysis) -> list[int]:
     """The safe end-of-turn ids to add when an HF runtime stops on none of them."""
-    if not any(analysis.misses_end_of_turn(s.ids) for s in analysis.stops if s.runtime in HF_RUNTIMES):
+    if not any(analysis.misses_end_of_turn(s.ids) for s in analysis.stops if s.runtime in hf_runtimes()):
         return []
     return [i for i in analysis.primary_stop_ids() if analysis.stop_hazard(i) is None]
 

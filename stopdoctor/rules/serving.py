@@ -24,26 +24,6 @@ from stopdoctor.runtimes.engines import serving_engine
 from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Check, check
 
-# llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
-# after an assistant message.
-LLAMACPP_TEMPLATE_END = {
-    "chatml": "<|im_end|>",
-    "phi4": "<|im_end|>",
-    "phi3": "<|end|>",
-    "gemma": "<end_of_turn>",
-    "zephyr": "<|endoftext|>",
-    "llama3": "<|eot_id|>",
-    "llama2": "</s>",
-    "llama2-sys": "</s>",
-    "llama2-sys-bos": "</s>",
-    "llama2-sys-strip": "</s>",
-    "mistral-v1": "</s>",
-    "mistral-v3": "</s>",
-    "mistral-v3-tekken": "</s>",
-    "mistral-v7": "</s>",
-    "mistral-v7-tekken": "</s>",
-    "monarch": "</s>",
-}
 # vLLM applies only these keys of --override-generation-config (ModelConfig.get_diff_sampling_param).
 VLLM_OVERRIDE_APPLIED = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 VLLM_OVERRIDE_STOP_KEYS = ("eos_token_id", "stop", "stop_token_ids", "stop_strings")
@@ -71,7 +51,8 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
             out.append((marker.text, token_id if special else None, serving.template.key))
         return out
     if serving.template_name is not None:
-        text = LLAMACPP_TEMPLATE_END.get(str(serving.template_name.value))
+        builtin = engine.builtin_template_ends if engine is not None else {}
+        text = builtin.get(str(serving.template_name.value))
         if text is None:
             return []
         token_id = facts.vocab.id_of(text)

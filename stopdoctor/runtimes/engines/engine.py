@@ -114,6 +114,7 @@ class Engine:
     stop_advice: StopAdvice | None = None
     request_stop_ids: bool = False  # its requests take "stop_token_ids" (named in the generic advice)
     serves_jinja_template: bool = False  # the serving file's --chat-template is a Jinja template it applies
+    builtin_template_ends: Mapping[str, str] = field(default_factory=dict)  # --chat-template NAME → what ends its turn
     template_language: str = "jinja"  # how its serving file's own template is written ("go": Ollama's text/template)
     # Its llama.cpp runner stops on every end-of-generation id while its own engine stops on the
     # eos only (Ollama): a marker on llama.cpp's list but not served is a warning, not an error.

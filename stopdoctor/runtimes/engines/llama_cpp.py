@@ -16,6 +16,27 @@ from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
 
 NAME = "llama.cpp"
 
+# llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
+# after an assistant message.
+BUILTIN_TEMPLATE_ENDS = {
+    "chatml": "<|im_end|>",
+    "phi4": "<|im_end|>",
+    "phi3": "<|end|>",
+    "gemma": "<end_of_turn>",
+    "zephyr": "<|endoftext|>",
+    "llama3": "<|eot_id|>",
+    "llama2": "</s>",
+    "llama2-sys": "</s>",
+    "llama2-sys-bos": "</s>",
+    "llama2-sys-strip": "</s>",
+    "mistral-v1": "</s>",
+    "mistral-v3": "</s>",
+    "mistral-v3-tekken": "</s>",
+    "mistral-v7": "</s>",
+    "mistral-v7-tekken": "</s>",
+    "monarch": "</s>",
+}
+
 
 def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
     if serving.ignore_eos is not None and serving.ignore_eos.value:
@@ -52,6 +73,7 @@ ENGINE = Engine(
     serves_jinja_template=True,
     stop_fix=stop_fix,
     fix_notes=True,
+    builtin_template_ends=BUILTIN_TEMPLATE_ENDS,
     server_header="llama.cpp",  # tools/server/server.cpp sets `Server: llama.cpp`
     tokenize_route="/tokenize",  # tools/server/server.cpp handle_tokenize
     served_sampling_keys={"presence_penalty": ("--presence-penalty",), "temperature": ("--temp",)},

@@ -54,7 +54,9 @@ ENGINE = Engine(
     stop_sets=stop_sets,
     request_stop_ids=True,  # SamplingParams.stop_token_ids
     version_route="/version",  # srt/entrypoints/http_server.py
-    stop_string_kept_on_request=True,  # the OpenAI protocol's include_stop_str_in_output (srt/entrypoints/openai/protocol.py)
+    # probe-server has always sent it include_stop_str_in_output; its own request field for a kept
+    # stop string is no_stop_trim (srt/entrypoints/openai/protocol.py CompletionRequest): unverified here
+    stop_string_kept_on_request=True,
     owned_by=("sglang",),
     defaults=(
         HiddenDefault("sglang", "0.5.23", "/v1/completions", "max new tokens", 16, '"max_tokens"',
