@@ -61,7 +61,7 @@ def test_stop_set_is_tokenizer_eos_and_generation_config(smol, tmp_path):
     config = load_serving(serve(tmp_path, "lmdeploy serve api_server ./smol"))
     analysis = inspect_model(str(smol)).analysis
     stops = served_stops(analysis.facts, config, analysis.stops)
-    assert stops.known and stops.ids == {2} and "lmdeploy 0.16.0" in stops.rule
+    assert stops.complete and stops.ids == [2] and "lmdeploy 0.16.0" in stops.rule
     assert not [f for f in serving_findings(analysis, config) if f.code == "SD401"]
 
 
@@ -74,7 +74,7 @@ def test_config_json_eos_is_not_read(smol, tmp_path):
     analysis = inspect_model(str(smol)).analysis
     lmdeploy = served_stops(analysis.facts, load_serving(serve(tmp_path, "lmdeploy serve api_server ./smol")))
     sglang = served_stops(analysis.facts, load_serving(serve(tmp_path, "python -m sglang.launch_server --model-path ./smol")))
-    assert lmdeploy.ids == {0} and sglang.ids == {0, 2}
+    assert lmdeploy.ids == [0] and sglang.ids == [0, 2]
 
 
 def test_check_serving_names_the_missed_end_of_turn(smol, tmp_path):
@@ -90,7 +90,7 @@ def test_check_serving_names_the_missed_end_of_turn(smol, tmp_path):
 def test_a_gguf_is_not_loaded(real_gguf_models, tmp_path):
     analysis = inspect_model(str(real_gguf_models.smollm2_gguf)).analysis
     stops = served_stops(analysis.facts, load_serving(serve(tmp_path, "lmdeploy serve api_server ./m.gguf")), analysis.stops)
-    assert not stops.known and "does not load this model format" in stops.rule
+    assert not stops.complete and "does not load this model format" in stops.rule
 
 
 def test_it_is_not_in_inspects_listing(real_models):

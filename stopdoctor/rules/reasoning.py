@@ -27,7 +27,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.card_sampling import card_sampling, card_values
-from stopdoctor.runtimes.advice import REQUEST
+from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.engines import engine, serving_engine
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput

@@ -18,7 +18,8 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
-from stopdoctor.runtimes.advice import REQUEST, serving_stop_lines
+from stopdoctor.facts.serving_config import REQUEST
+from stopdoctor.runtimes.advice import serving_stop_lines
 from stopdoctor.runtimes.engine_stops import LLAMA_CPP_SET
 from stopdoctor.runtimes.engines import serving_engine
 from stopdoctor.runtimes.serving import served_stops
@@ -129,7 +130,7 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
     if serving.kind == REQUEST:
         return []
     stops = served_stops(analysis.facts, serving, analysis.stops)
-    if not stops.known:
+    if not stops.complete:
         return []
     runner_eog = engine is not None and engine.runner_stops_on_eog
     llama_eog = set(analysis.runtime(LLAMA_CPP_SET).ids) if runner_eog else set()

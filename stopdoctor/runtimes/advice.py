@@ -11,16 +11,15 @@
   `--override-kv tokenizer.ggml.eos_token_id=int:ID` (or `-r TEXT` for a marker that is no single
   token); SGLang and MLX read the model's generation_config.json `eos_token_id`.
 
-Imports: runtimes.engines (the registry: each engine's own advice).
+Imports: facts.serving_config (the request kind), runtimes.engines (the registry: each engine's own advice).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.engines import serving_engine
-
-REQUEST = "request"  # an OpenAI-compatible request body: no engine, its own stop fields
 
 GGUF_EOS_KEY = "tokenizer.ggml.eos_token_id"
 

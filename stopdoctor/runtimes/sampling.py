@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import GGUF_SAMPLING_KEYS, ModelFacts
-from stopdoctor.facts.serving_config import ServingConfig
+from stopdoctor.facts.serving_config import REQUEST, ServingConfig
 from stopdoctor.runtimes.engines import engines, serving_engine
 
 KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
@@ -54,7 +54,7 @@ GGUF_KEYS = tuple(GGUF_SAMPLING_KEYS.values())
 REQUEST_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                  "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
                  "repetition_penalty": "repetition_penalty"}
-REQUEST = "request"  # an OpenAI-compatible request body: its keys win in every row
+
 
 # Each engine's own sampling defaults, cited in its module (runtimes/engines/).
 RUNTIME_DEFAULTS: dict[str, tuple[dict[str, object], str]] = {

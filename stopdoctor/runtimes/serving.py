@@ -4,7 +4,7 @@
 `runtimes/engines/` says what its server stops on (`Engine.served_stops`: vLLM, llama.cpp, Ollama),
 else its own stop set from the model's files (`Engine.stop_sets`: SGLang, MLX-LM, mlx-vlm,
 llama-cpp-python, LMDeploy); an OpenAI-compatible request stops on its own `stop` and
-`stop_token_ids` only.
+`stop_token_ids` only. Every answer is one `RuntimeStops`, the type of the model's own stop sets.
 
 Imports: facts (the model's facts, the parsed serving file), runtimes.stops, runtimes.engines,
 runtimes.engine_stops.
@@ -17,12 +17,10 @@ from pathlib import Path
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving import ServingConfig, read_serving
+from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.engine_stops import LLAMA_CPP_SET
 from stopdoctor.runtimes.engines import commands, launcher_kinds, serving_engine
-from stopdoctor.runtimes.engines.engine import ServingStops
-from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
-
-__all__ = ["ServingStops", "load_serving", "served_stops"]
+from stopdoctor.runtimes.stops import RuntimeStops, StopId, effective_stops
 
 
 def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
@@ -32,9 +30,11 @@ def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
 
 
 def served_stops(facts: ModelFacts, serving: ServingConfig,
-                 model_stops: Sequence[RuntimeStops] | None = None) -> ServingStops:
-    """The ids and strings the server stops on. `model_stops`: the model's runtime stop sets
-    (`runtimes.engine_stops.all_stops(facts)`, as `Analysis.stops` holds them) when already known."""
+                 model_stops: Sequence[RuntimeStops] | None = None) -> RuntimeStops:
+    """The ids (and `texts`, the stop strings) the server stops on, as one stop set named after its
+    engine (`complete` False when a file it depends on could not be read). `model_stops`: the
+    model's runtime stop sets (`runtimes.engine_stops.all_stops(facts)`, as `Analysis.stops` holds
+    them) when already known."""
     engine = serving_engine(serving.kind)
     if engine is not None and engine.served_stops is not None:
         return engine.served_stops(facts, serving, model_stops)
@@ -47,7 +47,8 @@ def served_stops(facts: ModelFacts, serving: ServingConfig,
             llama_eog = list(llama.stops) if llama is not None else []
             found = next((s for s in engine.stop_sets(facts, llama_eog) if s.runtime == engine.name), None)
         if found is None:
-            return ServingStops(frozenset(), (), f"{serving.kind} does not load this model format", known=False)
-        return ServingStops(frozenset(found.ids), (), found.rule, found.complete)
-    ids = {s.value for s in serving.stop_token_ids}
-    return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop), "the request's stop and stop_token_ids")
+            return RuntimeStops(engine.name, (), f"{serving.kind} does not load this model format", complete=False)
+        return found
+    ids = [StopId(s.value, None, serving.location(s)) for s in serving.stop_token_ids]
+    return RuntimeStops(REQUEST, tuple(ids), "the request's stop and stop_token_ids",
+                        texts=tuple(s.value for s in serving.stop))

@@ -114,6 +114,7 @@ class RuntimeStops:
     stops: tuple[StopId, ...]
     rule: str  # how this runtime chose them, in one sentence
     complete: bool = True  # False when a file this runtime reads is absent or names an unknown token
+    texts: tuple[str, ...] = ()  # stop strings (a serving file's: PARAMETER stop, -r, a request's "stop")
 
     @property
     def ids(self) -> list[int]:

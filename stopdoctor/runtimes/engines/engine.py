@@ -48,21 +48,12 @@ class ReasoningParser:
     until: str | None = None  # the first release that no longer behaves so, when one does
 
 
-@dataclass(frozen=True)
-class ServingStops:
-    """What a server really stops on under one serving file."""
-
-    ids: frozenset[int]
-    texts: tuple[str, ...]
-    rule: str
-    known: bool = True  # False when a file it depends on could not be read
-
-
 # The engine's own stop sets from the model's files; the second argument is llama.cpp's
 # end-of-generation set, already computed (engines that load a GGUF through llama.cpp reuse it).
 StopSets = Callable[[ModelFacts, Sequence[StopId]], list[RuntimeStops]]
-# What its server stops on: (model facts, serving file, the model's stop sets when known).
-ServedStops = Callable[[ModelFacts, ServingConfig, Sequence[RuntimeStops] | None], ServingStops]
+# What its server stops on: (model facts, serving file, the model's stop sets when known); the set's
+# `texts` are the serving file's stop strings, `complete` False when a file it needs is unread.
+ServedStops = Callable[[ModelFacts, ServingConfig, Sequence[RuntimeStops] | None], RuntimeStops]
 # The line that makes its server stop on end-of-turn markers (text, id when one special token),
 # given the model's GGUF file name when it is one; None: the generic generation_config.json advice.
 StopAdvice = Callable[[Sequence[tuple[str, int | None]], str | None], str | None]

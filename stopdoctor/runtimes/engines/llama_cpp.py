@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.runtimes.advice import llama_cpp_stop_lines
-from stopdoctor.runtimes.engines.engine import Engine, ReasoningControls, SamplingDefaults, ServingStops
-from stopdoctor.runtimes.stops import RuntimeStops, effective_stops
+from stopdoctor.runtimes.engines.engine import Engine, ReasoningControls, SamplingDefaults
+from stopdoctor.runtimes.stops import RuntimeStops, StopId, dedupe, effective_stops
 
 NAME = "llama.cpp"
 
@@ -38,18 +38,19 @@ BUILTIN_TEMPLATE_ENDS = {
 }
 
 
-def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> RuntimeStops:
+    texts = tuple(s.value for s in serving.stop)
     if serving.ignore_eos is not None and serving.ignore_eos.value:
-        return ServingStops(frozenset(), tuple(s.value for s in serving.stop), "--ignore-eos: no end-of-generation id stops")
+        return RuntimeStops(NAME, (), "--ignore-eos: no end-of-generation id stops", texts=texts)
     stops = model_stops if model_stops is not None else effective_stops(facts)
-    ids = set(next(s for s in stops if s.runtime == NAME).ids)
+    kept = list(next(s for s in stops if s.runtime == NAME).stops)
     for role in ("eos", "eot", "eom"):
         override = serving.kv_overrides.get(f"tokenizer.ggml.{role}_token_id")
         if override is not None:
-            ids -= {d.id for d in facts.declared_for(role) if d.id is not None}
-            ids.add(override.value)
-    return ServingStops(frozenset(ids), tuple(s.value for s in serving.stop),
-                        "GGUF eos/eot/eom (after --override-kv) plus llama.cpp's end-of-generation texts")
+            dropped = {d.id for d in facts.declared_for(role) if d.id is not None}
+            kept = [s for s in kept if s.id not in dropped] + [StopId(override.value, None, serving.location(override))]
+    return RuntimeStops(NAME, tuple(dedupe(kept)),
+                        "GGUF eos/eot/eom (after --override-kv) plus llama.cpp's end-of-generation texts", texts=texts)
 
 
 def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:

@@ -9,15 +9,18 @@ from collections.abc import Sequence
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
-from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults, ServingStops
-from stopdoctor.runtimes.stops import RuntimeStops
+from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults
+from stopdoctor.runtimes.stops import RuntimeStops, dedupe, stop_ids
+
+NAME = "ollama"
 
 
-def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> RuntimeStops:
     # Ollama's llama.cpp runner stops on every EOG id (runner/llamarunner TokenIsEog); its own
     # engine on tokenizer.ggml.eos_token_id plus tokenizer.ggml.eos_token_ids only.
-    eos = {d.id for d in facts.declared_for("eos") if d.id is not None and (facts.is_gguf or d.location.file != "config.json")}
-    return ServingStops(frozenset(eos), tuple(s.value for s in serving.stop), "the GGUF eos id(s) plus PARAMETER stop strings")
+    eos = stop_ids([d for d in facts.declared_for("eos") if facts.is_gguf or d.location.file != "config.json"])
+    return RuntimeStops(NAME, tuple(dedupe(eos)), "the GGUF eos id(s) plus PARAMETER stop strings",
+                        texts=tuple(s.value for s in serving.stop))
 
 
 def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:
@@ -43,7 +46,7 @@ CONTEXT_BY_VRAM = (
 )
 
 ENGINE = Engine(
-    name="ollama", listed=8, serving_kind="ollama",
+    name=NAME, listed=8, serving_kind="ollama",
     stop_rule="llama.cpp's end-of-generation set, plus the Modelfile's PARAMETER stop strings",
     stop_rule_source="runtimes/serving.py (runner/llamarunner TokenIsEog)",
     config_files=("Modelfile*", "*.modelfile"),

@@ -4,7 +4,7 @@ Served stops: the tokenizer eos plus the generation config's eos ids; `--generat
 auto|vllm` reads the model's own file, a folder reads that folder's, a GGUF has none
 (`ModelConfig.try_get_generation_config`).
 
-Imports: facts, runtimes.stops, runtimes.engines.engine.
+Imports: core, facts, runtimes.stops, runtimes.engines.engine.
 """
 
 from collections.abc import Sequence
@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving import generation_config_eos
 from stopdoctor.facts.serving_config import ServingConfig
-from stopdoctor.runtimes.engines.engine import (Engine, HiddenDefault, ReasoningParser, SamplingDefaults,
-                                                ServingStops)
-from stopdoctor.runtimes.stops import RuntimeStops, generation_eos, tokenizer_eos
+from stopdoctor.core.types import Location
+from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, ReasoningParser, SamplingDefaults
+from stopdoctor.runtimes.stops import RuntimeStops, StopId, dedupe, generation_eos, stop_ids, tokenizer_eos
+
+NAME = "vllm"
 
 
 # --generation-config values that load the model's own generation config for its eos ids; "vllm"
@@ -22,23 +24,23 @@ from stopdoctor.runtimes.stops import RuntimeStops, generation_eos, tokenizer_eo
 OWN_GENERATION_CONFIG = ("auto", "vllm")
 
 
-def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> ServingStops:
-    tokenizer = {d.id for d in (facts.declared_for("eos") if facts.is_gguf else tokenizer_eos(facts)) if d.id is not None}
+def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> RuntimeStops:
+    tokenizer = stop_ids(facts.declared_for("eos") if facts.is_gguf else tokenizer_eos(facts))
     choice = str(serving.generation_config.value) if serving.generation_config else "auto"
     if facts.is_gguf:
         # try_get_generation_config returns None for a GGUF: only the tokenizer eos stops.
-        return ServingStops(frozenset(tokenizer), (), "GGUF: the tokenizer eos only")
+        return RuntimeStops(NAME, tuple(dedupe(tokenizer)), "GGUF: the tokenizer eos only")
     if choice in OWN_GENERATION_CONFIG:
-        # Both load the model's own generation config for its eos ids; "vllm" only drops its
-        # sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
-        generation = {d.id for d in generation_eos(facts) if d.id is not None}
-        return ServingStops(frozenset(tokenizer | generation), (),
+        generation = stop_ids(generation_eos(facts))
+        return RuntimeStops(NAME, tuple(dedupe(tokenizer + generation)),
                             f"tokenizer eos plus the model's generation config eos_token_id (--generation-config {choice})")
     found = generation_config_eos(serving, choice)
     if found is None:
-        return ServingStops(frozenset(tokenizer), (), f"tokenizer eos; --generation-config {choice} could not be read", known=False)
-    folder, generation = found
-    return ServingStops(frozenset(tokenizer | generation), (),
+        return RuntimeStops(NAME, tuple(dedupe(tokenizer)), f"tokenizer eos; --generation-config {choice} could not be read",
+                            complete=False)
+    folder, ids = found
+    where = Location(str(folder / "generation_config.json"), "eos_token_id")
+    return RuntimeStops(NAME, tuple(dedupe(tokenizer + [StopId(i, None, where) for i in sorted(ids)])),
                         f"tokenizer eos plus {folder / 'generation_config.json'} eos_token_id")
 
 
@@ -58,7 +60,7 @@ def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> 
 
 
 ENGINE = Engine(
-    name="vllm", listed=1, hf_core=True, serving_kind="vllm",
+    name=NAME, listed=1, hf_core=True, serving_kind="vllm",
     stop_rule="the tokenizer's eos plus every generation_config.json eos_token_id",
     stop_rule_source="runtimes/stops.py and runtimes/serving.py (ModelConfig.try_get_generation_config)",
     launchers=("vllm", "vllm.entrypoints.openai.api_server"),
