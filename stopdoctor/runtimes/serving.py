@@ -18,9 +18,9 @@ from pathlib import Path
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving import ServingConfig, read_serving
 from stopdoctor.facts.serving_config import REQUEST
-from stopdoctor.runtimes.engine_stops import LLAMA_CPP_SET
+from stopdoctor.runtimes.engine_stops import llama_cpp_eog_set
 from stopdoctor.runtimes.engines import commands, launcher_kinds, serving_engine
-from stopdoctor.runtimes.stops import RuntimeStops, StopId, effective_stops
+from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 
 def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
@@ -42,10 +42,8 @@ def served_stops(facts: ModelFacts, serving: ServingConfig,
         # the engine's own set from the model's files (its module cites the engine's source)
         found = next((s for s in model_stops or () if s.runtime == engine.name), None)
         if found is None:
-            core = list(model_stops) if model_stops is not None else effective_stops(facts)
-            llama = next((s for s in core if s.runtime == LLAMA_CPP_SET), None)
-            llama_eog = list(llama.stops) if llama is not None else []
-            found = next((s for s in engine.stop_sets(facts, llama_eog) if s.runtime == engine.name), None)
+            own = engine.stop_sets(facts, llama_cpp_eog_set(facts, model_stops))
+            found = next((s for s in own if s.runtime == engine.name), None)
         if found is None:
             return RuntimeStops(engine.name, (), f"{serving.kind} does not load this model format", complete=False)
         return found

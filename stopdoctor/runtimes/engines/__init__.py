@@ -3,20 +3,17 @@
 `engine_for_launcher(program)`; an engine the registry does not know is None (unknown, never
 guessed). Adding an engine is one module here and its tests.
 
-Imports: facts and runtimes.stops (types), runtimes.engines.*.
+Imports: facts.serving_engines (the command syntax type), runtimes.engines.*.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
 from functools import cache
 
-from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_engines import CommandSyntax
 from stopdoctor.runtimes.engines.engine import Engine
-from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 TYPES_MODULE = "engine"  # the module of types, not an engine
 
@@ -67,9 +64,3 @@ def commands() -> dict[str, CommandSyntax]:
     """Serving kind → the command syntax of the engines read by the generic command parser."""
     return {e.command.kind: e.command for e in engines() if e.command is not None}
 
-
-def stop_sets(facts: ModelFacts, llama_eog: Sequence[StopId], in_inspect: bool | None = None) -> list[RuntimeStops]:
-    """Every engine's own stop sets from the model's files (the engines beyond the core runtimes),
-    in report order; `in_inspect`: only those `inspect` lists (True) or only the others (False)."""
-    return [s for e in engines() if e.stop_sets is not None and in_inspect in (None, e.stop_sets_in_inspect)
-            for s in e.stop_sets(facts, llama_eog)]

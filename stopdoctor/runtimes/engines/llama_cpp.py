@@ -12,7 +12,8 @@ from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.runtimes.advice import llama_cpp_stop_lines
 from stopdoctor.runtimes.engines.engine import Engine, ReasoningControls, SamplingDefaults
-from stopdoctor.runtimes.stops import RuntimeStops, StopId, dedupe, effective_stops
+from stopdoctor.runtimes.stops import (RuntimeStops, StopId, dedupe, gguf_eos, llama_cpp_eog, stop_ids, tokenizer_eos,
+                                       tokenizer_known)
 
 NAME = "llama.cpp"
 
@@ -38,12 +39,24 @@ BUILTIN_TEMPLATE_ENDS = {
 }
 
 
+def stop_sets(facts: ModelFacts, llama_eog: Sequence[StopId]) -> list[RuntimeStops]:
+    if facts.is_gguf:
+        return [RuntimeStops(NAME, tuple(llama_cpp_eog(facts, gguf_eos(facts))),
+                             "llama.cpp end-of-generation set: GGUF eos/eot/eom ids, fim pad/repo/sep ids, tokens on its "
+                             "EOG text list")]
+    tokenizer = tokenizer_eos(facts)
+    converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
+    return [RuntimeStops(NAME, tuple(llama_cpp_eog(facts, stop_ids(converted))),
+                         "after convert_hf_to_gguf: tokenizer eos plus llama.cpp's end-of-generation rule",
+                         tokenizer_known(facts) or bool(converted))]
+
+
 def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> RuntimeStops:
     texts = tuple(s.value for s in serving.stop)
     if serving.ignore_eos is not None and serving.ignore_eos.value:
         return RuntimeStops(NAME, (), "--ignore-eos: no end-of-generation id stops", texts=texts)
-    stops = model_stops if model_stops is not None else effective_stops(facts)
-    kept = list(next(s for s in stops if s.runtime == NAME).stops)
+    own = next((s for s in model_stops or () if s.runtime == NAME), None) or stop_sets(facts, ())[0]
+    kept = list(own.stops)
     for role in ("eos", "eot", "eom"):
         override = serving.kv_overrides.get(f"tokenizer.ggml.{role}_token_id")
         if override is not None:
@@ -64,11 +77,12 @@ def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> 
 ENGINE = Engine(
     name=NAME, listed=3, serving_kind="llamacpp", gguf_native=True,
     stop_rule="every end-of-generation token of the GGUF vocabulary (llama_vocab_is_eog)",
-    stop_rule_source="runtimes/stops.py (llama_vocab_is_eog, src/llama-vocab.cpp)",
+    stop_rule_source="src/llama-vocab.cpp llama_vocab::impl::load (the end-of-generation list), llama_vocab_is_eog",
     spellings=("llama-cpp",),
     launchers=("llama-server", "llama-cli", "server"),
     launchers_source="llama.cpp tools/server, tools/main; the server binary was `server` before b3100",
     owned_by=("llamacpp",),
+    stop_sets=stop_sets,
     served_stops=served_stops,
     stop_advice=stop_advice,
     serves_jinja_template=True,

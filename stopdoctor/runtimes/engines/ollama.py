@@ -48,7 +48,7 @@ CONTEXT_BY_VRAM = (
 ENGINE = Engine(
     name=NAME, listed=8, serving_kind="ollama",
     stop_rule="llama.cpp's end-of-generation set, plus the Modelfile's PARAMETER stop strings",
-    stop_rule_source="runtimes/serving.py (runner/llamarunner TokenIsEog)",
+    stop_rule_source="ollama runner/llamarunner (TokenIsEog); Modelfile PARAMETER stop (runtimes/engines/ollama.py)",
     config_files=("Modelfile*", "*.modelfile"),
     owned_by=("ollama", "library"),
     served_stops=served_stops,

@@ -14,7 +14,8 @@ from stopdoctor.facts.serving import generation_config_eos
 from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.core.types import Location
 from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, ReasoningParser, SamplingDefaults
-from stopdoctor.runtimes.stops import RuntimeStops, StopId, dedupe, generation_eos, stop_ids, tokenizer_eos
+from stopdoctor.runtimes.stops import (GGUF_EOS_RULE, RuntimeStops, StopId, dedupe, generation_eos, generation_file,
+                                       generation_known, gguf_eos, stop_ids, tokenizer_eos, tokenizer_known)
 
 NAME = "vllm"
 
@@ -22,6 +23,14 @@ NAME = "vllm"
 # --generation-config values that load the model's own generation config for its eos ids; "vllm"
 # only drops its sampling defaults (ModelConfig.try_get_generation_config vs get_diff_sampling_param).
 OWN_GENERATION_CONFIG = ("auto", "vllm")
+
+
+def stop_sets(facts: ModelFacts, llama_eog: Sequence[StopId]) -> list[RuntimeStops]:
+    if facts.is_gguf:
+        return [RuntimeStops(NAME, tuple(gguf_eos(facts)), GGUF_EOS_RULE)]
+    stops = dedupe(stop_ids(tokenizer_eos(facts)) + stop_ids(generation_eos(facts)))
+    return [RuntimeStops(NAME, tuple(stops), f"tokenizer eos plus {generation_file(facts)} eos_token_id",
+                         generation_known(facts) and tokenizer_known(facts))]
 
 
 def served_stops(facts: ModelFacts, serving: ServingConfig, model_stops: Sequence[RuntimeStops] | None) -> RuntimeStops:
@@ -62,11 +71,13 @@ def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> 
 ENGINE = Engine(
     name=NAME, listed=1, hf_core=True, serving_kind="vllm",
     stop_rule="the tokenizer's eos plus every generation_config.json eos_token_id",
-    stop_rule_source="runtimes/stops.py and runtimes/serving.py (ModelConfig.try_get_generation_config)",
+    stop_rule_source="vllm ModelConfig.try_get_generation_config (the generation config's eos ids join the "
+                     "tokenizer eos); served under a serving file: served_stops in this module (runtimes/engines/vllm.py)",
     launchers=("vllm", "vllm.entrypoints.openai.api_server"),
     launchers_source="the `vllm` console script and `python -m vllm.entrypoints.openai.api_server`",
     config_files=("*.yaml", "*.yml"),  # the file given to `vllm serve --config`
     owned_by=("vllm",),
+    stop_sets=stop_sets,
     served_stops=served_stops,
     stop_advice=stop_advice,
     serves_jinja_template=True,
