@@ -111,3 +111,42 @@ def test_probe_server_expectation():
 def test_advice_is_the_generation_config():
     line = serving_stop_line("lmdeploy", "<|im_end|>", 2)
     assert line == "add 2 to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
+
+
+def test_explicit_kind(tmp_path):
+    config = load_serving(serve(tmp_path, "lmdeploy serve api_server ./smol"), "lmdeploy")
+    assert config.kind == "lmdeploy" and config.model.value == "./smol"
+
+
+def test_one_module_is_the_whole_engine(smol, tmp_path, monkeypatch):
+    # A module in a folder the registry reads, and nothing else: check --serving reads its command
+    # line, computes its stop set and reports the end-of-turn it misses.
+    from stopdoctor.runtimes import engines as registry
+
+    folder = tmp_path / "more_engines"
+    folder.mkdir()
+    (folder / "tinyserve.py").write_text(
+        "from stopdoctor.facts.serving_engines import CommandSyntax\n"
+        "from stopdoctor.runtimes.engines.engine import Engine\n"
+        "from stopdoctor.runtimes.stops import RuntimeStops, stop_ids, tokenizer_eos\n"
+        "def stop_sets(facts, llama_eog):\n"
+        "    return [RuntimeStops('tinyserve', tuple(stop_ids(tokenizer_eos(facts))), 'tokenizer eos only (tiny.py)')]\n"
+        "ENGINE = Engine(name='tinyserve', listed=99, serving_kind='tinyserve', stop_rule='tokenizer eos only',\n"
+        "                stop_rule_source='tinyserve/server.py', launchers=('tinyserve',), launchers_source='tiny.py',\n"
+        "                command=CommandSyntax('tinyserve', r'\\btinyserve\\b', ('--model',)), stop_sets=stop_sets,\n"
+        "                stop_sets_in_inspect=False)\n", encoding="utf-8")
+    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(folder)])
+    registry.engines.cache_clear()
+    registry._by_spelling.cache_clear()
+    try:
+        edit_json(smol / "tokenizer_config.json", eos_token="<|endoftext|>")
+        config = load_serving(serve(tmp_path, "tinyserve --model ./smol"))
+        assert config.kind == "tinyserve" and config.model.value == "./smol"
+        analysis = inspect_model(str(smol)).analysis
+        found = [f for f in serving_findings(analysis, config) if f.code == "SD401"]
+        assert found and "tinyserve stops on [0]" in found[0].message
+    finally:
+        monkeypatch.undo()
+        registry.engines.cache_clear()
+        registry._by_spelling.cache_clear()
+    assert engine("tinyserve") is None
