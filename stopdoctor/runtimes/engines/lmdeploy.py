@@ -14,9 +14,11 @@ mistral, ...) may add a stop word of its own, mostly the eos text again. Before 
 the tokenizer eos was added only when generation_config.json named an eos or the template had stop
 words. It does not load GGUF files.
 
-Budgets: the OpenAI routes give a request without `max_tokens`/`max_completion_tokens` the rest of
-the session (`session_len` minus the prompt; `_determine_gen_config`), so no hidden cap there;
-`/generate` and the offline pipeline have one (below).
+Budgets: the OpenAI routes take `max_completion_tokens`, else `max_tokens`, else None
+(lmdeploy/serve/openai/endpoints/common.py; both default to None in serve/openai/protocol.py, whatever
+the completions route's docstring says of 16), and None becomes the rest of the session
+(`session_len` minus the prompt; `_determine_gen_config`): no hidden cap there. `/generate` and the
+offline pipeline have one (below).
 
 Imports: facts, runtimes.stops, runtimes.engines.engine.
 """
@@ -59,7 +61,8 @@ ENGINE = Engine(
     stop_sets_in_inspect=False,
     defaults=(
         HiddenDefault(NAME, VERSION, "/generate", "max new tokens", 128, '"max_tokens"',
-                      "lmdeploy/serve/openai/protocol.py GenerateReqInput.max_tokens = 128"),
+                      "lmdeploy/serve/openai/protocol.py GenerateReqInput.max_tokens = 128, "
+                      "serve/openai/endpoints/common.py"),
         HiddenDefault(NAME, VERSION, "pipeline() and AsyncEngine.generate without a GenerationConfig", "max new tokens",
                       512, "GenerationConfig(max_new_tokens=...)",
                       "lmdeploy/messages.py GenerationConfig.max_new_tokens = 512"),
