@@ -150,3 +150,13 @@ def test_one_module_is_the_whole_engine(smol, tmp_path, monkeypatch):
         registry.engines.cache_clear()
         registry._by_spelling.cache_clear()
     assert engine("tinyserve") is None
+
+
+def test_its_reasoning_parsers_are_not_judged_by_vllms(real_models, tmp_path):
+    # lmdeploy's parsers (default, deepseek-v3, ...) are not vLLM's: a vLLM parser verdict would be
+    # a guess; the same flag on a vLLM command is judged.
+    analysis = inspect_model(str(real_models.smollm2_hf)).analysis
+    lmdeploy = load_serving(serve(tmp_path, "lmdeploy serve api_server ./smol --reasoning-parser deepseek_r1"))
+    vllm = load_serving(serve(tmp_path, "vllm serve ./smol --reasoning-parser deepseek_r1"))
+    assert "SD450" not in {f.code for f in serving_findings(analysis, lmdeploy)}
+    assert "SD450" in {f.code for f in serving_findings(analysis, vllm)}

@@ -158,6 +158,8 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
     reasoning = analysis.reasoning
     parser = _option(serving, "--reasoning-parser", "reasoning_parser", "reasoning-parser")
     served = serving_engine(serving.kind)
+    if served is not None and not served.vllm_parser_names:
+        parser = None  # parsers stopdoctor has not read: no verdict on their names
     if parser is not None and isinstance(parser.value, str) and parser.value:
         name = parser.value.strip().lower().replace("-", "_")
         where = serving.location(parser.key)

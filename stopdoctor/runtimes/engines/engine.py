@@ -119,6 +119,9 @@ class Engine:
     # Serving-file options that set presence penalty and temperature (rules/reasoning.py reads them).
     served_sampling_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     reasoning_controls: ReasoningControls | None = None
+    # Its --reasoning-parser takes vLLM's parser names with vLLM's behaviour (SGLang's follow them);
+    # False: stopdoctor has not read its parsers, and the parser checks leave it alone.
+    vllm_parser_names: bool = True
     # What `fix` does with its serving file: "stop-strings" adds the missed end-of-turn markers as
     # stop strings (Ollama's PARAMETER stop); "generation-config" points a --generation-config
     # FOLDER that lacks the end-of-turn back at the model's own (vLLM); None edits nothing.

@@ -59,6 +59,9 @@ ENGINE = Engine(
                           model_after=(("serve", "api_server"), ("lmdeploy.serve.openai.api_server",))),
     stop_sets=stop_sets,
     stop_sets_in_inspect=False,
+    # its parsers (lmdeploy/serve/parsers/reasoning_parser/: default, deepseek-v3, deepseek-v32,
+    # deepseek-v4; gpt-oss in _openai_harmony.py) are not vLLM's and are not read here
+    vllm_parser_names=False,
     defaults=(
         HiddenDefault(NAME, VERSION, "/generate", "max new tokens", 128, '"max_tokens"',
                       "lmdeploy/serve/openai/protocol.py GenerateReqInput.max_tokens = 128, "
