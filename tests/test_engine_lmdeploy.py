@@ -85,6 +85,7 @@ def test_check_serving_names_the_missed_end_of_turn(smol, tmp_path):
              if f.code == "SD401"]
     assert found and "lmdeploy stops on [0]" in found[0].message
     assert "add 2 to the model's generation_config.json eos_token_id" in found[0].fix
+    assert found[0].location.line == 1  # where the command names the model
 
 
 def test_a_gguf_is_not_loaded(real_gguf_models, tmp_path):

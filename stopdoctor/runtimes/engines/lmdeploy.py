@@ -26,6 +26,7 @@ Imports: facts, runtimes.stops, runtimes.engines.engine.
 from collections.abc import Sequence
 
 from stopdoctor.facts.model_facts import ModelFacts
+from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.facts.serving_engines import CommandSyntax
 from stopdoctor.runtimes.engines.engine import Engine, HiddenDefault, SamplingDefaults
 from stopdoctor.runtimes.stops import RuntimeStops, StopId, dedupe, generation_file_eos, stop_ids, tokenizer_eos
@@ -45,6 +46,11 @@ def stop_sets(facts: ModelFacts, llama_eog: Sequence[StopId]) -> list[RuntimeSto
                          "(GenerationConfig.update_from_hf_gen_cfg)", known)]
 
 
+def stop_fix(line: str, serving: ServingConfig, all_ids: bool) -> tuple[str, str]:
+    """The fix is in the model's files; the finding points at where the command names the model."""
+    return line, serving.model.key if serving.model is not None else "api_server"
+
+
 ENGINE = Engine(
     name=NAME, listed=9, serving_kind=NAME,
     stop_rule="the tokenizer's eos plus every generation_config.json eos_token_id, plus the chat template's stop words",
@@ -59,6 +65,7 @@ ENGINE = Engine(
                           model_after=(("serve", "api_server"), ("lmdeploy.serve.openai.api_server",))),
     stop_sets=stop_sets,
     stop_sets_in_inspect=False,
+    stop_fix=stop_fix,
     # its parsers (lmdeploy/serve/parsers/reasoning_parser/: default, deepseek-v3, deepseek-v32,
     # deepseek-v4; gpt-oss in _openai_harmony.py) are not vLLM's and are not read here
     vllm_parser_names=False,
