@@ -34,6 +34,17 @@ class CommandSyntax:
     model_after: tuple[tuple[str, ...], ...] = ()
 
 
+@dataclass(frozen=True)
+class FileSignature:
+    """How a serving file of one engine is told when no --kind is given (the engine module fills it
+    in): by its name, by content of its own format, or, last, by a mention of the engine."""
+
+    kind: str
+    names: tuple[str, ...] = ()  # file name patterns, case-insensitive (fnmatch)
+    content: str | None = None  # a regex of its own format's content (a Modelfile's FROM line)
+    mentioned: str | None = None  # a regex naming the engine anywhere in the text (read after launchers)
+
+
 # Words that run another program: the launcher is after them (with their flags and VAR=value).
 _RUNNERS = {"exec", "sudo", "nohup", "env", "time", "nice", "uv", "uvx", "run", "poetry", "pipx", "numactl", "taskset"}
 # Words that wrap a server in a container or a job: the launcher is somewhere inside, read by name.

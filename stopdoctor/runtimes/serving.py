@@ -19,14 +19,14 @@ from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving import ServingConfig, read_serving
 from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.engine_stops import llama_cpp_eog_set
-from stopdoctor.runtimes.engines import commands, launcher_kinds, serving_engine
+from stopdoctor.runtimes.engines import commands, file_signatures, launcher_kinds, serving_engine
 from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 
 def load_serving(path: Path, kind: str | None = None) -> ServingConfig:
     """Parse a serving file (`facts.serving.read_serving`); when `kind` is None a command line's
     kind is its launcher's engine in the registry, and an unknown launcher is said to be unknown."""
-    return read_serving(path, kind, launcher_kinds(), commands())
+    return read_serving(path, kind, launcher_kinds(), commands(), file_signatures())
 
 
 def served_stops(facts: ModelFacts, serving: ServingConfig,

@@ -3,7 +3,7 @@
 `engine_for_launcher(program)`; an engine the registry does not know is None (unknown, never
 guessed). Adding an engine is one module here and its tests.
 
-Imports: facts.serving_engines (the command syntax type), runtimes.engines.*.
+Imports: facts.serving_engines (the command syntax and file signature types), runtimes.engines.*.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from stopdoctor.facts.serving_engines import CommandSyntax
+from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature
 from stopdoctor.runtimes.engines.engine import Engine
 
 TYPES_MODULE = "engine"  # the module of types, not an engine
@@ -64,3 +64,7 @@ def commands() -> dict[str, CommandSyntax]:
     """Serving kind → the command syntax of the engines read by the generic command parser."""
     return {e.command.kind: e.command for e in engines() if e.command is not None}
 
+
+def file_signatures() -> list[FileSignature]:
+    """How each engine's serving files are told without --kind, in report order."""
+    return [s for e in engines() if (s := e.file_signature()) is not None]

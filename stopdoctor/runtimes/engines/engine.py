@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
-from stopdoctor.facts.serving_engines import CommandSyntax
+from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature
 from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 
@@ -82,6 +82,8 @@ class Engine:
     launchers: tuple[str, ...] = ()  # programs or `python -m` modules that start its server
     launchers_source: str = ""
     config_files: tuple[str, ...] = ()  # serving files of its own, by name pattern
+    config_content: str | None = None  # a regex of its serving files' own content (a Modelfile's FROM line)
+    mentioned_by: str | None = None  # a regex of a file's text naming it, read when nothing else tells the kind
     owned_by: tuple[str, ...] = ()  # what its `/v1/models` writes in `owned_by`
     hf_core: bool = False  # one of the core runtimes reading an HF folder's own stop ids (rules compare these)
     # Its stop ids come from the generation config alone (transformers): an empty set means the
@@ -138,6 +140,12 @@ class Engine:
     def open_tag_parser(self, name: str) -> bool:
         """`name` is one of its reasoning parsers that needs the open tag in the output."""
         return any(name in p.names for p in self.reasoning_parsers if p.framing == "open-tag")
+
+    def file_signature(self) -> FileSignature | None:
+        """How its serving files are told without --kind, when they can be."""
+        if self.serving_kind is None or not (self.config_files or self.config_content or self.mentioned_by):
+            return None
+        return FileSignature(self.serving_kind, self.config_files, self.config_content, self.mentioned_by)
 
     def stop_set_names(self) -> tuple[str, ...]:
         """The `runtime` names of the stop sets `stop_sets` returns."""

@@ -80,6 +80,7 @@ ENGINE = Engine(
     stop_rule_source="src/llama-vocab.cpp llama_vocab::impl::load (the end-of-generation list), llama_vocab_is_eog",
     spellings=("llama-cpp",),
     launchers=("llama-server", "llama-cli", "server"),
+    mentioned_by=r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s",
     launchers_source="llama.cpp tools/server, tools/main; the server binary was `server` before b3100",
     owned_by=("llamacpp",),
     stop_sets=stop_sets,

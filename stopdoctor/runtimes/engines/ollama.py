@@ -50,6 +50,7 @@ ENGINE = Engine(
     stop_rule="llama.cpp's end-of-generation set, plus the Modelfile's PARAMETER stop strings",
     stop_rule_source="ollama runner/llamarunner (TokenIsEog); Modelfile PARAMETER stop (runtimes/engines/ollama.py)",
     config_files=("Modelfile*", "*.modelfile"),
+    config_content=r"(?im)^\s*FROM\s+\S",  # a Modelfile's FROM line (docs/modelfile.md)
     owned_by=("ollama", "library"),
     served_stops=served_stops,
     stop_advice=stop_advice,

@@ -76,6 +76,7 @@ ENGINE = Engine(
     launchers=("vllm", "vllm.entrypoints.openai.api_server"),
     launchers_source="the `vllm` console script and `python -m vllm.entrypoints.openai.api_server`",
     config_files=("*.yaml", "*.yml"),  # the file given to `vllm serve --config`
+    mentioned_by=r"(?<![\w-])vllm(?![\w-])|vllm\.entrypoints",  # not vllm-mlx, not my_vllm
     owned_by=("vllm",),
     stop_sets=stop_sets,
     served_stops=served_stops,
