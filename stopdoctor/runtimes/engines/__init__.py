@@ -3,7 +3,7 @@
 `engine_for_launcher(program)`; an engine the registry does not know is None (unknown, never
 guessed). Adding an engine is one module here and its tests.
 
-Imports: runtimes.engines.* only.
+Imports: facts.serving_engines (the command syntax and file signature types), runtimes.engines.*.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from functools import cache
 
+from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature
 from stopdoctor.runtimes.engines.engine import Engine
 
 TYPES_MODULE = "engine"  # the module of types, not an engine
@@ -51,3 +52,19 @@ def launcher_kinds() -> dict[str, str]:
 def hf_runtimes() -> tuple[str, ...]:
     """The core runtimes whose stop ids come from an HF folder's own files."""
     return tuple(e.name for e in engines() if e.hf_core)
+
+
+def serving_engine(kind: str | None) -> Engine | None:
+    """The engine whose `check --serving --kind` name is `kind`; None for a request body or any
+    other kind."""
+    return next((e for e in engines() if e.serving_kind is not None and e.serving_kind == kind), None)
+
+
+def commands() -> dict[str, CommandSyntax]:
+    """Serving kind → the command syntax of the engines read by the generic command parser."""
+    return {e.command.kind: e.command for e in engines() if e.command is not None}
+
+
+def file_signatures() -> list[FileSignature]:
+    """How each engine's serving files are told without --kind, in report order."""
+    return [s for e in engines() if (s := e.file_signature()) is not None]
