@@ -240,7 +240,7 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
         except (ValueError, KeyError) as exc:
             raise InputError(f"{serving.path}: cannot edit ignore_eos: {exc}") from exc
         return [FileEdit(serving.path, label, text, after, "ignore_eos true → false")]
-    if fix_edit == "generation-config" and "SD401" in codes:
+    if fix_edit == "generation-config" and served is not None and "SD401" in codes:
         choice = str(serving.generation_config.value) if serving.generation_config else "auto"
         if choice in served.own_generation_config:
             return []  # the model's own generation_config.json is what needs the fix

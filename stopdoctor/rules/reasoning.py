@@ -313,7 +313,7 @@ def stop_inside_thought(subject: ServingInput, self: Check):
 # Where a serving file sets presence penalty and temperature: a request's own keys, else the
 # engine's serving-file options (`Engine.served_sampling_keys`; vLLM takes neither from the server:
 # its generation-config keys are the five of runtimes/sampling.py, so only requests set them).
-_REQUEST_KEYS = {"presence_penalty": ("presence_penalty",), "temperature": ("temperature",)}
+_REQUEST_KEYS: dict[str, tuple[str, ...]] = {"presence_penalty": ("presence_penalty",), "temperature": ("temperature",)}
 
 
 def _served_keys(kind: str) -> dict[str, tuple[str, ...]] | None:

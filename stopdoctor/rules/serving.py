@@ -148,7 +148,7 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
     misses = []
     plain: list[tuple[str, int | None, str]] = []
     for text, token_id, origin in markers:
-        if runner_eog and token_id is not None and token_id in llama_eog:
+        if runner_eog and engine is not None and engine.stop_fix is not None and token_id is not None and token_id in llama_eog:
             fix, key = engine.stop_fix(serving_stop_lines(serving.kind, [(text, token_id)]), serving, True)
             misses.append(_Miss(
                 f"{text} (id {token_id}) is no PARAMETER stop and not the GGUF eos: Ollama's llama.cpp runner stops "

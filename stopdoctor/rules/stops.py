@@ -8,7 +8,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.advice import gguf_eos_advice
-from stopdoctor.runtimes.engines import engine as registered
+from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import hf_runtimes
 from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, llama_cpp_control_by_text, tokenizer_eos
 from stopdoctor.rules.registry import Check, check

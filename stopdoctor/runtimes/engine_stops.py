@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.runtimes.engines import engine, engines
+from stopdoctor.runtimes.engines import engines, registered
 from stopdoctor.runtimes.stops import RUNTIMES, RuntimeStops, StopId
 
 LLAMA_CPP_SET = "llama.cpp"  # the core set other engines that load a GGUF through llama.cpp reuse
@@ -19,13 +19,19 @@ LLAMA_CPP_SET = "llama.cpp"  # the core set other engines that load a GGUF throu
 ENGINES = tuple(name for e in engines() if e.stop_sets_in_inspect for name in e.stop_set_names() if name not in RUNTIMES)
 
 
+def _core_sets(name: str, facts: ModelFacts) -> list[RuntimeStops]:
+    sets = registered(name).stop_sets
+    assert sets is not None, name  # every core runtime (and llama.cpp's set) has a stop-set rule
+    return sets(facts, ())
+
+
 def _llama_cpp(facts: ModelFacts) -> list[RuntimeStops]:
-    return engine(LLAMA_CPP_SET).stop_sets(facts, ())
+    return _core_sets(LLAMA_CPP_SET, facts)
 
 
 def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
     """The four core runtimes' stop sets (`runtimes.stops.RUNTIMES`, in that order)."""
-    return [s for name in RUNTIMES for s in engine(name).stop_sets(facts, ())]
+    return [s for name in RUNTIMES for s in _core_sets(name, facts)]
 
 
 def all_stops(facts: ModelFacts) -> list[RuntimeStops]:
@@ -35,7 +41,7 @@ def all_stops(facts: ModelFacts) -> list[RuntimeStops]:
     out: list[RuntimeStops] = []
     for e in engines():
         if e.stop_sets is not None and e.stop_sets_in_inspect:
-            out += llama if e is engine(LLAMA_CPP_SET) else e.stop_sets(facts, eog)
+            out += llama if e is registered(LLAMA_CPP_SET) else e.stop_sets(facts, eog)
     return out
 
 

@@ -142,7 +142,7 @@ def effective_sampling(facts: ModelFacts, serving: ServingConfig | None = None) 
     request = _serving_values(serving) if serving is not None and serving.kind == REQUEST else {}
     served = _options_engine(serving)
     # the serving file's own options go to its engine's row (a Modelfile: Ollama's)
-    own = {served.name: _serving_values(serving)} if served is not None else {}
+    own = {served.name: _serving_values(serving)} if served is not None and serving is not None else {}
     rows: list[tuple[str, dict[str, SampledValue], str, bool | None]] = []
     if hf:
         found = _from_facts(facts, ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"))

@@ -14,7 +14,7 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
 from stopdoctor.facts.http_client import Reply, ServerBroken
-from stopdoctor.runtimes.engines import engine as registered
+from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import engines
 
 # `owned_by` values engines write in /v1/models (vLLM, SGLang, llama.cpp, llama-cpp-python's "me"),

@@ -38,6 +38,15 @@ def engine(name: str | None) -> Engine | None:
     return _by_spelling().get((name or "").strip().lower())
 
 
+def registered(name: str) -> Engine:
+    """The engine named `name`, which the caller knows is registered (a runtime of a stop set, an
+    engine found by the registry itself); a name that is not is a bug, not bad input."""
+    found = engine(name)
+    if found is None:
+        raise KeyError(f"no engine named {name!r} is registered")
+    return found
+
+
 def engine_for_launcher(program: str | None) -> Engine | None:
     """The engine whose server `program` (a program name or a `python -m` module) starts; None for
     any other, even one whose name contains an engine's (`vllm-mlx` is not vLLM)."""

@@ -31,8 +31,8 @@ def stop_advice(markers: Sequence[tuple[str, int | None]], gguf: str | None) -> 
     """It serves a GGUF: the GGUF's eos is what to set (several markers: llama.cpp's keys)."""
     if any(token_id is None for _, token_id in markers):
         return None
-    if len(markers) == 1:
-        return gguf_eos_advice(gguf or "MODEL.gguf", markers[0][1])
+    if len(markers) == 1 and (token_id := markers[0][1]) is not None:
+        return gguf_eos_advice(gguf or "MODEL.gguf", token_id)
     return "serve it with llama.cpp " + llama_cpp_stop_lines(markers)
 
 
