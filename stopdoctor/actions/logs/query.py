@@ -97,7 +97,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                 raise read_error(path, str(error)) from None
             read = _read_anchors(groups, settings)
             if read:
-                out.append(f"-- {sql_comment(path)}: one parse a line, the paths its sampled key groups can have\n"
+                out.append(f"-- {sql_comment(path)}\n-- one parse a line: the paths its sampled key groups can have\n"
                            f"{_insert_sql(path, one_parse_sql(source, vocabulary, read))};\n"
                            "-- the lines it could not read exactly (other keys, several answers): the general query\n"
                            f"{_insert_sql(path, normalise_sql(redo_lines(source, path), vocabulary, groups=groups))};\n"
