@@ -29,7 +29,10 @@ FIXTURES = sorted((LOGS / "shapes").glob("*.jsonl")) + [LOGS / "lies.jsonl", LOG
 # Valid JSON that is no response, or no object at all: each must stay what the general query says.
 ODD_LINES = ["null", "42", '"text"', "[]", "[1, 2]", "{}", "true", '{"response": "a bare string"}',
              '{"choices": {"0": "an object, not a list"}}', '{"response": null, "model": "m"}', "{not json", "",
-             '{"choices": [{"text": "n=2, first", "finish_reason": "stop"}, {"text": "second", "finish_reason": "length"}]}']
+             '{"choices": [{"text": "n=2, first", "finish_reason": "stop"}, {"text": "second", "finish_reason": "length"}]}',
+             # Ollama /api/generate: `response` is the text (an object there is written out as JSON text)
+             '{"model": "llama3", "response": "The capital is", "done": true, "done_reason": "length", "eval_count": 3}',
+             '{"model": "llama3", "response": {"odd": [1, 2]}, "done": true, "done_reason": "stop"}']
 
 
 def _bench_lines(count: int) -> list[str]:
@@ -99,14 +102,18 @@ def _json_calls_on_line(sql: str) -> list[str]:
 
 def test_one_parse_reads_a_line_with_one_json_parse_beside_the_validity_check():
     """Work, not seconds: the one-parse query reads each line's JSON in one `json_extract_string`
-    (beside `json_valid`, as DuckDB's own minimal count does); the general query also reads its key
-    group (`json_keys`) and makes a list of answers to unnest."""
+    (beside `json_valid`, as DuckDB's own minimal count does; a CASE branch is evaluated only on the
+    lines it matches); the general query also reads its key group (`json_keys`) and makes a list of
+    answers to unnest."""
     con, _ = connect()
     source = source_sql(str(LOGS / "responses.jsonl"))
     groups = sample_groups(con, source, prepared_lines)
     fast = one_parse_sql(source, builtin_vocabulary(), read_anchors(groups))
     general = normalise_sql(source, builtin_vocabulary(), groups=groups)
-    assert sorted(_json_calls_on_line(fast)) == ["json_extract_string", "json_valid"]
+    # the list read of every line, and an Ollama /api/generate line's `response` on that shape only
+    assert sorted(_json_calls_on_line(fast)) == ["json_extract_string", "json_extract_string", "json_valid"]
+    assert len(re.findall(r"json_extract_string\(line, \[", fast)) == 1
+    assert re.search(r"WHEN 'ollama' THEN coalesce\(v\[\d+\], json_extract_string\(line, '\$\.response'\)\)", fast)
     assert "unnest" not in fast
     assert "json_keys" in _json_calls_on_line(general) and "unnest" in general
     assert len(fast) * 5 < len(general)  # and a far smaller query to bind

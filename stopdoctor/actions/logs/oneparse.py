@@ -1,7 +1,8 @@
 """The one-parse read of a log file: the keys its first lines have (`actions.logs.groups.sample_groups`)
 decide, once per file, the JSON paths read from every line, in one `json_extract_string` call beside
-a `json_valid` (the parses DuckDB's own minimal finish-reason count makes), and a line's one answer
-is its columns, computed in place (no per-line list of answers to unnest, no key group per line).
+a `json_valid` (the parses DuckDB's own minimal finish-reason count makes; an Ollama /api/generate
+line's `response` is read apart), and a line's one answer is its columns, computed in place (no
+per-line list of answers to unnest, no key group per line).
 
 Exactness: `read` is the union of the sampled groups' anchors (`actions.logs.groups`). Every path
 whose anchor is in it is read; the same parse reads a check path for every other anchor a path of
@@ -60,7 +61,8 @@ def one_parse_sql(source: str, vocabulary: TurnVocabulary, read: frozenset[str])
     kept = ", ".join(f"CASE WHEN kind IS NOT NULL AND NOT redo THEN {name} END AS {name}" for name in columns)
     return f"""
 WITH parsed AS (
-    SELECT line_no, {BLANK_LINE} AS blank, CASE WHEN json_valid(line) THEN json_extract_string(line, [{listed}]) END AS v
+    SELECT line_no, line, {BLANK_LINE} AS blank,
+           CASE WHEN json_valid(line) THEN json_extract_string(line, [{listed}]) END AS v
     FROM {prepared_lines(source)}
 ), kinded AS (
     SELECT *, {kind} AS kind FROM parsed

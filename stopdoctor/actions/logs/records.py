@@ -213,7 +213,9 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
     # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp).
-    scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
+    # Ollama /api/generate's `response`, read apart on those lines only: on a request+response pair
+    # it is an object, which a read of every line would write out as text.
+    scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, json_extract_string(line, '$.response')) "
                    f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
                    f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
                    f"ELSE coalesce({oc('text')}, {fam('server', 'llamacpp_text')})")
