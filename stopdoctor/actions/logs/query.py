@@ -29,7 +29,7 @@ from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, H
 from stopdoctor.core.errors import InputError, MissingDependencyError
 from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
 from stopdoctor.actions.logs.groups import sample_groups
-from stopdoctor.actions.logs.oneparse import drop_redone_sql, one_parse_sql, read_anchors, redo_lines
+from stopdoctor.actions.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
@@ -95,11 +95,10 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                     raise InputError(f"{path}: a line is not UTF-8 text, which the printed script cannot read in DuckDB",
                                      hint="stopdoctor logs without --show-sql counts such a line as a bad line") from None
                 raise read_error(path, str(error)) from None
-            read = _read_anchors(groups, settings)
-            if read:
-                out.append(f"-- {sql_comment(path)}\n-- one parse a line: the paths its sampled key groups can have\n"
-                           f"{_insert_sql(path, one_parse_sql(source, vocabulary, read))};\n"
-                           "-- the lines it could not read exactly (other keys, several answers): the general query\n"
+            if groups:
+                out.append(f"-- {sql_comment(path)}\n-- each line of a sampled key group: its paths in one read, its answer in place\n"
+                           f"{_insert_sql(path, one_parse_sql(source, vocabulary, groups))};\n"
+                           "-- the other lines (another key group, several answers): the general query\n"
                            f"{_insert_sql(path, normalise_sql(redo_lines(source, path), vocabulary, groups=groups))};\n"
                            f"{drop_redone_sql(path)};\n")
             else:
@@ -125,12 +124,6 @@ def _stream_statements(path: str, vocabulary: TurnVocabulary) -> list[str]:
             f"INSERT INTO rec SELECT {file} AS file, * FROM ({streams_sql('chunk_rows', vocabulary)})",
             f"DELETE FROM rec WHERE file = {file} AND chunks = 0",
             "DROP TABLE chunk_rows"]
-
-
-def _read_anchors(groups: dict[str, frozenset[str]], settings: LogsSettings) -> frozenset[str]:
-    """What the one-parse read of a file reads (`actions.logs.oneparse`): nothing (the general query
-    only) for a custom log or a file with no JSON line in its sample."""
-    return frozenset() if settings.overrides or not groups else read_anchors(groups)
 
 
 def _key_groups(con, source: str, settings: LogsSettings) -> dict[str, frozenset[str]]:
@@ -264,15 +257,15 @@ REDO_GROUPED = 10_000
 
 def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
                    on_progress: Callable[[float], None] | None = None, one_parse: bool = True) -> int | None:
-    """`source`'s records into `rec` as `path`'s: one parse a line (`actions.logs.oneparse`), then the
-    general query for the lines that read could not take (their number is returned); the general
-    query alone (None returned) for a custom log, or with `one_parse` false (the same records, slower)."""
+    """`source`'s records into `rec` as `path`'s: the per-group read (`actions.logs.oneparse`), then
+    the general query for the lines it left (their number is returned); the general query alone
+    (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
+    false (the same records, slower)."""
     groups = _key_groups(con, source, settings)
-    read = _read_anchors(groups, settings) if one_parse else frozenset()
-    if not read:
+    if not (groups and one_parse):
         _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
         return None
-    _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, read)), on_progress)
+    _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
     redo = con.execute("SELECT count(*) FROM rec WHERE file = ? AND line_no < 0", [path]).fetchone()[0]
     if redo:
         query = normalise_sql(redo_lines(source, path), vocabulary, groups=groups if redo >= REDO_GROUPED else None)

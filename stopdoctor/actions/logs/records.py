@@ -378,14 +378,6 @@ def one_answer(group: frozenset[str]) -> tuple[list[str], str, dict[str, str], s
     return lk.paths, fields["kind"], columns, f"kind IN ('otlp', 'otel') OR {fields['multi_choice']}"
 
 
-def every_path() -> list[str]:
-    """Every JSON path `normalise_sql` reads from a line (no `--field`): a line's answers and its spans."""
-    lk = _Lookups(None)
-    _line_fields(lk, {})
-    _otel_list(lk)
-    return lk.paths
-
-
 def prepared_lines(relation: str) -> str:
     """`relation`'s lines (`line_no`, `line`) with an SSE `data: ` prefix taken off."""
     return ("(SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line "
