@@ -2,10 +2,10 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file (`actions.logs.records.normalise_sql`) reads every line as text (JSONL, .gz, local or
-any URL DuckDB can open), parses it once, picks each field from whichever logged shape the line
-has, and materialises a narrow table of normalised records; the distributions are GROUP BYs over
-that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
+query per file (`actions.logs.oneparse`, with `actions.logs.records.normalise_sql` for the lines it
+leaves) reads every line as text (JSONL, .gz, local or any URL DuckDB can open), reads only the
+paths its key group can have, picks each field from whichever logged shape the line has, and
+materialises a narrow table of normalised records; the distributions are GROUP BYs over that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
 `diagnose.find_turns` can find) says a next turn may be in it; those few answers are then
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
