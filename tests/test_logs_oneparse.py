@@ -14,14 +14,19 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from stopdoctor.actions.logs import query  # noqa: E402
-from stopdoctor.actions.logs.groups import sample_groups  # noqa: E402
-from stopdoctor.actions.logs.oneparse import one_parse_sql  # noqa: E402
-from stopdoctor.actions.logs.query import RECORD_COLUMNS, analyze_logs, connect, normalise_file  # noqa: E402
-from stopdoctor.actions.logs.records import normalise_sql, prepared_lines  # noqa: E402
-from stopdoctor.actions.logs.report import LogsSettings  # noqa: E402
-from stopdoctor.actions.logs.sql import source_sql  # noqa: E402
-from stopdoctor.actions.logs.vocabulary import builtin_vocabulary  # noqa: E402
+from stopdoctor.actions.logs import query
+from stopdoctor.actions.logs.groups import sample_groups
+from stopdoctor.actions.logs.oneparse import one_parse_sql
+from stopdoctor.actions.logs.query import (
+    RECORD_COLUMNS,
+    analyze_logs,
+    connect,
+    normalise_file,
+)
+from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
+from stopdoctor.actions.logs.report import LogsSettings
+from stopdoctor.actions.logs.sql import source_sql
+from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "logs"

@@ -20,7 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stopdoctor.actions.logs.groups import group_sql
-from stopdoctor.actions.logs.records import BLANK_LINE, one_answer, prepared_lines, records_sql
+from stopdoctor.actions.logs.records import (
+    BLANK_LINE,
+    one_answer,
+    prepared_lines,
+    records_sql,
+)
 from stopdoctor.actions.logs.sql import sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
 
