@@ -13,6 +13,9 @@ from stopdoctor.core.types import Location
 from stopdoctor.facts.lines import key_line
 
 
+REQUEST = "request"  # the kind of an OpenAI-compatible request body: no engine, its own stop fields
+
+
 @dataclass(frozen=True)
 class Setting:
     """One value from the serving file, with the key (flag, PARAMETER, JSON key) that set it."""
@@ -24,7 +27,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    kind: str  # vllm | ollama | llamacpp | request
+    kind: str  # an engine's serving kind (vllm, ollama, llamacpp, sglang, ...) or REQUEST
     path: Path
     text: str
     model: Setting | None = None  # the model the file names (vllm positional/--model, FROM, -m)

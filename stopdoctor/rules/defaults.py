@@ -9,6 +9,7 @@ from stopdoctor.rules.registry import Check, check
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.serving import is_ollama_native
 from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT, OLLAMA_CONTEXT
+from stopdoctor.runtimes.engines import serving_engine
 
 
 @check("SD430", "default-budget-truncates", Severity.WARNING, input=ServingInput)
@@ -77,7 +78,9 @@ def ollama_context_truncates(subject: ServingInput, self: Check):
     `llm/llama_server.go` (a prompt over the context is shifted or refused).
     """
     serving = subject.serving
-    if serving.kind != "ollama" or "PARAMETER num_ctx" in serving.options:
+    served = serving_engine(serving.kind)
+    # the engine whose context, when its file names none, is its own hidden default (Ollama's by VRAM)
+    if served is None or served.context_option is None or served.context_option in serving.options:
         return
     small = OLLAMA_CONTEXT[0]
     needs: list[tuple[int, str, str | None]] = []

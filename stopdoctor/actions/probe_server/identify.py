@@ -14,6 +14,7 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
 from stopdoctor.facts.http_client import Reply, ServerBroken
+from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import engines
 
 # `owned_by` values engines write in /v1/models (vLLM, SGLang, llama.cpp, llama-cpp-python's "me"),
@@ -64,8 +65,11 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
     server_header = models_reply.headers.get("server", "")
     if server_header:
         seen["Server"] = server_header[:80]
-    if server_header.lower().startswith("llama.cpp") or owner == "llamacpp":
-        facts.update(engine="llama.cpp", told_by="Server header" if server_header else "/v1/models owned_by")
+    # an engine that names itself in the Server header (llama.cpp) is told first, by it or by its owned_by
+    headed = next((e for e in engines() if e.server_header is not None
+                   and (server_header.lower().startswith(e.server_header) or owner in e.owned_by)), None)
+    if headed is not None:
+        facts.update(engine=headed.name, told_by="Server header" if server_header else "/v1/models owned_by")
         _llama_props(transport, facts, seen)
     elif (reply := _get(transport, "/api/version")) is not None and isinstance(reply.data.get("version"), str):
         facts.update(engine="ollama", version=reply.data["version"], told_by="/api/version")
@@ -77,9 +81,10 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
         seen["/info"] = {k: reply.data.get(k) for k in ("model_id", "version", "max_input_tokens", "max_total_tokens")}
     elif owner in OWNERS:
         facts.update(engine=OWNERS[owner], told_by="/v1/models owned_by")
-        if facts["engine"] in ("vllm", "sglang") and (reply := _get(transport, "/version")) is not None:
+        route = registered(facts["engine"]).version_route
+        if route is not None and (reply := _get(transport, route)) is not None:
             facts["version"] = reply.data.get("version")
-            seen["/version"] = reply.data.get("version")
+            seen[route] = reply.data.get("version")
     if isinstance(facts.get("version"), (int, float)):
         facts["version"] = str(facts["version"])
     return ServerIdentity(facts.get("engine"), facts.get("version"), facts.get("told_by"), chosen, ids,
