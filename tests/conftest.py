@@ -95,3 +95,12 @@ def spark_session():
     from stopdoctor.actions.logs.spark import session
 
     return session()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The fuzzers stay out of the quick loop (`pytest -m "not slow"`, issue 28): a `fuzz` test that
+    # is not `slow` as well is a mistake to fix, not a test to run.
+    unmarked = [item.nodeid for item in items
+                if item.get_closest_marker("fuzz") is not None and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError("mark these fuzz tests slow as well: " + ", ".join(unmarked))

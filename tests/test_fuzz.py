@@ -12,8 +12,9 @@ import pytest
 
 from . import fuzz
 
-# slow as well: out of the quick loop (`pytest -m "not slow"`), in the full suite
-pytestmark = pytest.mark.fuzz
+# slow as well: out of the quick loop (`pytest -m "not slow"`), in the full suite; the runner's own
+# test goes with the fuzzers it guards (it waits out a 3 s hang on purpose)
+pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
 
 CI_CASES = int(os.environ.get("STOPDOCTOR_FUZZ_CASES", "160"))  # about 40-60 s on 2 cores
 
