@@ -20,8 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's result as the one Report
+    FixOutcome, GenerationRun, GenerationRuns, diff_report, fix_report, fragment_report, generation_report,
+    probe_stop_report, render_report, rules_report, stop_odds_report)
 from stopdoctor.analysis.core import Analysis, analyze
-from stopdoctor.core.errors import InputError
+from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
@@ -518,21 +521,34 @@ def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
     return measure(plan.context.facts, plan.context.analysis, engine, plan.reference)
 
 
-def generation_exit_code(result: Any, evidence: Any = None) -> int:
-    """1 on a runaway (a next turn written, the budget reached after a turn-ending token, weights
-    that never learned to stop, a thought that loops until the budget runs out, a stream that
-    showed other text than the answer), else 0."""
-    from stopdoctor.analysis.diagnose import exit_code
-
-    if evidence is not None and evidence.never_stops:
-        return 1  # a runaway the weights cause: no stop configuration ends it
-    if result.reasoning is not None and result.reasoning.runaway:
-        return 1  # a thought that loops until the budget runs out: no budget ends it
-    code = exit_code(result.generation, result.diagnosis)
-    streamed = (result.generation.server or {}).get("stream")
-    if streamed is not None and any(issue["kind"] != "no-done" for issue in streamed["issues"]):
-        return max(1, code)  # the client saw other text than the answer
-    return code
+def run_generation(plan: GenerationPlan, engine: Any, max_new_tokens: int, how: Any = None, served: bool = False,
+                   progress: Callable[[str], None] | None = None, fixer: Callable[..., Any] | None = None) -> GenerationRuns:
+    """`stopdoctor generate`: each prompt of the plan generated and diagnosed, with the fix line for
+    the token that should have stopped it (`fixer`: `stopdoctor.fix.generate_fix`, which comes after
+    this module; `served`: said for a server) and, for a local run that went to the budget, the stop
+    evidence. With `--thinking both` a run that fails is kept as failed and the other reported; a
+    single run that fails raises."""
+    say = progress or (lambda message: None)
+    runs, failed = [], []
+    for built in plan.prompts:
+        mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
+        try:
+            say(f"generating up to {max_new_tokens} tokens{mode}…")
+            result = generate(plan, engine, built, max_new_tokens, how)
+            missed = result.diagnosis.should_have_stopped
+            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stops.source, served) if missed and fixer else None
+            evidence = None
+            if needs_stop_evidence(plan, result):
+                say("the run went to the budget: measuring whether the weights can end a turn…")
+                evidence = stop_evidence(plan, engine)
+            runs.append(GenerationRun(result, fix, evidence))
+        except StopdoctorError as error:
+            if len(plan.prompts) == 1:
+                raise
+            failed.append((built.thinking, error))  # `--thinking both`: keep the run that worked
+    if not runs:
+        raise failed[0][1]
+    return GenerationRuns(tuple(runs), tuple(failed), both=len(plan.prompts) > 1)
 
 
 def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any:

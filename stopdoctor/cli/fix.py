@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import JsonOpt, ModelArg, RevisionOpt, app, handles_errors
-from stopdoctor.cli.output import emit, say
+from stopdoctor.cli.app import ColorOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import say, write_report
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
 KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp, request, sglang, mlx-lm, mlx-vlm or llama-cpp-python (default: guessed).")]
@@ -25,24 +25,23 @@ BackupOpt = Annotated[bool, typer.Option("--backup", help="With --write: keep ea
 @app.command()
 @handles_errors
 def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write: WriteOpt = False,
-        backup: BackupOpt = False, revision: RevisionOpt = None, json: JsonOpt = False) -> int:
+        backup: BackupOpt = False, revision: RevisionOpt = None, json: JsonOpt = False, format: FormatOpt = None,
+        output: OutputOpt = None, color: ColorOpt = None) -> int:
     """Show the safe fixes for stop defects as a diff; --write applies them (a GGUF's metadata in place)."""
+    format = chosen_format(format, json, "fix")
     if backup and not write:
         from stopdoctor.core.errors import InputError
 
         raise InputError("--backup goes with --write", hint="stopdoctor fix MODEL --write --backup")
-    code, plan, written, remaining = _fix(model, serving, kind, write, revision, quiet=json, backup=backup)
-    if json:
-        from stopdoctor.reporters.fix_json import render_fix_json
-
-        emit(render_fix_json(model, plan, written, code, remaining))
-    return code
+    report = _fix(model, serving, kind, write, revision, format, output, color, backup=backup)
+    return report.exit_code()
 
 
-def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool,
-         backup: bool = False):
-    """(exit code, plan, written, remaining). `quiet`: the diff goes into the JSON document, not on stdout."""
-    from stopdoctor.api import inspect_model, read_serving, serving_findings
+def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, format: str,
+         output: Path | None, color: bool | None, backup: bool = False):
+    """The fix's Report, written in `format` (the diff, or the JSON document holding it) before the
+    staged files are renamed into place."""
+    from stopdoctor.api import fix_report, inspect_model, read_serving, serving_findings
     from stopdoctor.config import apply, load_settings
     from stopdoctor.fix import plan_fixes
 
@@ -58,7 +57,8 @@ def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revisi
     plan = plan_fixes(result.analysis, config)
     staged = _staged(plan, result, backup) if write and plan.edits else None
     try:
-        return _report(plan, staged, judged, failing, settings, quiet)
+        outcome = _report(model, plan, staged, judged, failing, settings, format, output, color)
+        return fix_report(outcome, settings.fail_on)
     finally:
         if staged is not None:
             staged.discard()
@@ -76,8 +76,9 @@ def _staged(plan, result, backup: bool):
         raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
 
 
-def _report(plan, staged, judged, failing, settings, quiet: bool):
+def _report(model, plan, staged, judged, failing, settings, format, output, color):
     """Say what remains, show the diff, and with `staged` rename the staged files into place."""
+    from stopdoctor.api import FixOutcome, fix_report
     from stopdoctor.fix import remaining_findings
 
     remaining = remaining_findings(failing, plan)
@@ -89,30 +90,36 @@ def _report(plan, staged, judged, failing, settings, quiet: bool):
         where = f" ({finding.location})" if finding.location else ""
         say(f"remains, no mechanical fix: {finding.severity.label} {finding.code} {finding.name}{where}: {finding.message}")
         say(f"  by hand: {finding.fix}")
-    blocking = 1 if remaining else 0
     if not plan.edits:
         if remaining:
             say(f"nothing stopdoctor can change safely; {_count(remaining)} that `check` fails on (fail-on "
                 f"{settings.fail_on.label}) remain{'s' if len(remaining) == 1 else ''}: fix {'it' if len(remaining) == 1 else 'them'} by hand")
         else:
             say("nothing to fix")
-        return blocking, plan, False, remaining
-    if not quiet:
-        emit(plan.diff())
+        outcome = FixOutcome(model, plan, False, tuple(remaining))
+        write_report(fix_report(outcome, settings.fail_on), format, output, color)
+        return outcome
+    if format == "human":  # the diff before the files change; a document says what was written: after
+        write_report(fix_report(FixOutcome(model, plan, False, tuple(remaining)), settings.fail_on), format, output, color)
     for edit in plan.edits:
         say(f"{edit.label}: {edit.reason}")
     if staged is None:
         say("run again with --write to apply")
-        return 1, plan, False, remaining
+        outcome = FixOutcome(model, plan, False, tuple(remaining))
+        if format != "human":
+            write_report(fix_report(outcome, settings.fail_on), format, output, color)
+        return outcome
     staged.commit()
     shown = {(f.code, f.message) for f in remaining}
     remaining = judged()[2]  # what check now says of the written files, not what the plan expected
     for finding in remaining:
         if (finding.code, finding.message) not in shown:
             say(f"remains after the fix: {finding.severity.label} {finding.code} {finding.name}: {finding.message}")
-    blocking = 1 if remaining else 0
     say(f"wrote {len(plan.edits)} file(s)" + (f"; {_count(remaining)} with no mechanical fix remain (above)" if remaining else ""))
-    return blocking, plan, True, remaining
+    outcome = FixOutcome(model, plan, True, tuple(remaining))
+    if format != "human":
+        write_report(fix_report(outcome, settings.fail_on), format, output, color)
+    return outcome
 
 
 def _count(findings) -> str:

@@ -99,7 +99,7 @@ def labels(
 ) -> int:
     """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
     threshold = parse_severity(fail_on)
-    format = chosen_format(format, json)
+    format = chosen_format(format, json, "labels")
     from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
     from stopdoctor.api import COLLATORS, LabelSettings, stop_string, training_template

@@ -12,9 +12,6 @@ import typer
 from stopdoctor.cli.app import ColorOpt, JsonOpt, OutputOpt, app, chosen_format, handles_errors
 from stopdoctor.cli.output import say, working, write_report
 
-FORMATS = ("human", "json")
-
-
 @app.command("probe-server")
 @handles_errors
 def probe_server(
@@ -27,7 +24,7 @@ def probe_server(
     timeout: Annotated[float | None, typer.Option("--timeout", metavar="SECONDS", show_default=False,
                                                   help="Longest wait for one whole answer, connect to last byte (default 20).")] = None,
     json: JsonOpt = False,
-    format: Annotated[str | None, typer.Option("--format", metavar="FORMAT", help="human or json (default: human; --json is --format json).",
+    format: Annotated[str | None, typer.Option("--format", metavar="FORMAT", help="human, json, sarif, junit or github (default: human; --json is --format json).",
                                                show_default=False)] = None,
     output: OutputOpt = None,
     color: ColorOpt = None,
@@ -37,9 +34,7 @@ def probe_server(
 
     import math
 
-    chosen = chosen_format(format, json)
-    if chosen not in FORMATS:
-        raise InputError(f"--format {chosen}: probe-server writes {' or '.join(FORMATS)}")
+    chosen = chosen_format(format, json, "probe-server")
     if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= 3600):
         raise InputError(f"--timeout {timeout}: give seconds between 0 and 3600")
     from stopdoctor.api import probe_server as run, probe_server_report
