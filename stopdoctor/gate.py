@@ -2,7 +2,7 @@
 the settings' select/ignore and severities, and return one `Report`. A model that cannot be loaded
 is recorded with its error and the others still run. No printing, no exiting.
 
-Imports: api, config, core, facts, rules, template (the render deadline); actions.generate and rules.verdicts lazily (only for --live, which needs torch).
+Imports: api, config, core, facts, rules, reporters (the baseline file), template (the render deadline); actions.generate and rules.verdicts lazily (only for --live, which needs torch).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput, WeightsInput
+from stopdoctor.reporters.baseline_json import BASELINE_SCHEMA
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.template.limits import render_deadline
@@ -152,7 +153,6 @@ def live_findings(result: InspectResult, expectation: Expectation | None, verdic
 # Baseline: findings accepted once stay listed, only new ones fail (as ruff's and mypy's do)
 # --------------------------------------------------------------------------------------------
 
-BASELINE_SCHEMA = "stopdoctor.baseline/1"
 DEFAULT_BASELINE = "stopdoctor-baseline.json"
 
 
@@ -175,9 +175,7 @@ def _finding_key(model: str, finding: Finding) -> tuple[str, str, str | None, st
 
 def write_baseline(report: Report, path: Path, base: Path) -> int:
     """Write every finding of `report` to `path`; the number written."""
-    import json
-
-    from stopdoctor import __version__
+    from stopdoctor.reporters.baseline_json import render_baseline_json
 
     entries = []
     for subject in report.subjects:
@@ -186,11 +184,9 @@ def write_baseline(report: Report, path: Path, base: Path) -> int:
             key = _finding_key(model, finding)
             entries.append({"model": key[0], "code": key[1], "name": finding.name, "file": key[2], "key": key[3],
                             "message": key[4]})
-    document = {"schema_version": 1, "schema": BASELINE_SCHEMA, "tool": {"name": "stopdoctor", "version": __version__},
-                "findings": entries}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(render_baseline_json(entries), encoding="utf-8")
     except OSError as error:
         raise InputError(f"{path}: cannot write the baseline: {error.strerror or error}") from None
     return len(entries)

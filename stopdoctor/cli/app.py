@@ -164,14 +164,15 @@ def chosen_format(format: str | None, json: bool, command: str | None = None) ->
     """--format, with --json as its short form; asking for two formats, or one `command` does not
     write, is an error."""
     from stopdoctor.core.errors import InputError
-    from stopdoctor.reporters.formats import FORMATS, formats_of
+    from stopdoctor.reporters.formats import FORMATS, formats_of, written
 
     if json and format not in (None, "json"):
         raise InputError(f"--json and --format {format} ask for two formats", hint="pass one of them")
     chosen = "json" if json else (format or "human")
-    allowed = FORMATS if command is None else formats_of(command)
-    if chosen not in allowed:
-        raise InputError(f"--format {chosen!r} is not one of {', '.join(allowed)}")
+    if command is None and chosen not in FORMATS:
+        raise InputError(f"--format {chosen!r} is not one of {', '.join(FORMATS)}")
+    if command is not None and chosen not in formats_of(command):
+        raise InputError(f"--format {chosen}: {command} writes {written(formats_of(command))}")
     return chosen
 
 

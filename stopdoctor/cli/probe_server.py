@@ -24,7 +24,7 @@ def probe_server(
     timeout: Annotated[float | None, typer.Option("--timeout", metavar="SECONDS", show_default=False,
                                                   help="Longest wait for one whole answer, connect to last byte (default 20).")] = None,
     json: JsonOpt = False,
-    format: Annotated[str | None, typer.Option("--format", metavar="FORMAT", help="human, json, sarif, junit or github (default: human; --json is --format json).",
+    format: Annotated[str | None, typer.Option("--format", metavar="FORMAT", help="human or json (default: human; --json is --format json).",
                                                show_default=False)] = None,
     output: OutputOpt = None,
     color: ColorOpt = None,

@@ -243,7 +243,7 @@ JSON: dict[str, Writer] = {
 }
 # The CI formats, the same for every command whose findings are rule findings with locations.
 CI: dict[str, Writer] = {"sarif": _sarif, "junit": _junit, "github": _github}
-CI_COMMANDS = frozenset({"inspect", "check", "labels", "logs", "probe-server", "fix"})
+CI_COMMANDS = frozenset({"inspect", "check", "labels", "logs", "fix"})
 
 FORMATS: tuple[str, ...] = ("human", "json", *CI)  # every format some command writes
 
@@ -253,11 +253,16 @@ def formats_of(command: str) -> tuple[str, ...]:
     return ("human", "json", *CI) if command in CI_COMMANDS else ("human", "json")
 
 
+def written(formats: tuple[str, ...]) -> str:
+    """The formats a command writes, in words: "human or json", "human, json, sarif, junit or github"."""
+    return f"{', '.join(formats[:-1])} or {formats[-1]}"
+
+
 def render(format: str, report: Report, options: Options = Options()) -> str:
     """`report` in `format` (one of `formats_of(report.command)`)."""
     allowed = formats_of(report.command)
     if format not in allowed:
-        raise InputError(f"--format {format}: {report.command} writes {', '.join(allowed)}",
+        raise InputError(f"--format {format}: {report.command} writes {written(allowed)}",
                          hint="SARIF, JUnit and GitHub annotations are for the commands with rule findings"
                          if format in CI else f"use one of {', '.join(allowed)}")
     if format in CI:
