@@ -16,23 +16,25 @@ Imports: every stage below it (facts, template, analysis, actions, rules); never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's result as the one Report
-    FixOutcome, GenerationRun, GenerationRuns, diff_report, fix_report, fragment_report, generation_report,
-    probe_stop_report, render_report, rules_report, stop_odds_report)
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's result as the one Report
+    FixOutcome, GenerationRun, GenerationRuns, diff_report, fix_report, fragment_report, generation_report,
+    probe_stop_report, render_report, rules_report, stop_odds_report)
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
     from stopdoctor.actions.render import RenderResult
+    from stopdoctor.actions.stop_odds import StopOdds
     from stopdoctor.analysis.weights import WeightsReport
     from stopdoctor.rules.registry import Check
     from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
@@ -259,45 +261,19 @@ def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.
 
 def stop_odds(spec: str, data: str | None = None, limit: int | None = None, device: str = "auto",
               revision: str | None = None, batch_size: int | None = None, allow_pickle: bool = False,
-              progress: Callable[[str], None] | None = None) -> Any:
+              progress: Callable[[str], None] | None = None) -> StopOdds:
     """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
-    from stopdoctor.actions.generate.local import LocalEngine, require_torch
-    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure_run, \
-        reference_rows, verdict
+    from stopdoctor.actions.generate.local import require_torch
+    from stopdoctor.actions.stop_odds import measure_stop_odds
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     if batch_size is not None and not 1 <= batch_size <= 1024:
         raise InputError("--batch-size must be between 1 and 1024")
     require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
-    result = inspect_model(spec, revision)
-    bad: list[tuple[str, str]] = []
-    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
-    contexts, skipped = build_contexts(result.facts, result.analysis, rows)
-    if not contexts:
-        why = skipped[0][1] if skipped else "no example"
-        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
-        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
-    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
-    say = progress or (lambda message: None)
-    engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
-    odds, unmeasured, tokens, seconds = measure_run(engine, contexts, batch_size, lambda n, of: say(f"measured {n}/{of} examples…"))
-    errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
-    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
-    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
-    judged = [o for o in odds if o.context.kind == judged_kind]
-    targets = {i for o in judged for i in o.context.targets}
-    names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(judged, errors, names, sum(why == BROKEN for _, why in unmeasured))
-    return StopOdds(spec, engine.device, tuple(odds), (*skipped, *unmeasured), tokens, seconds, kind, reason, data, judged_kind)
-
-
-def _line_of(skipped: tuple[str, str]) -> int:
-    """The line of a skipped row's "FILE:LINE" source."""
-    line = skipped[0].rpartition(":")[2]
-    return int(line) if line.isdigit() else 0
+    return measure_stop_odds(spec, inspect_model(spec, revision), data, limit, device, batch_size, allow_pickle, progress)
 
 
 # --- diff ------------------------------------------------------------------------------------
@@ -522,25 +498,29 @@ def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
 
 
 def run_generation(plan: GenerationPlan, engine: Any, max_new_tokens: int, how: Any = None, served: bool = False,
-                   progress: Callable[[str], None] | None = None, fixer: Callable[..., Any] | None = None) -> GenerationRuns:
+                   stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+                   fixer: Callable[..., Any] | None = None) -> GenerationRuns:
     """`stopdoctor generate`: each prompt of the plan generated and diagnosed, with the fix line for
     the token that should have stopped it (`fixer`: `stopdoctor.fix.generate_fix`, which comes after
     this module; `served`: said for a server) and, for a local run that went to the budget, the stop
-    evidence. With `--thinking both` a run that fails is kept as failed and the other reported; a
-    single run that fails raises."""
-    say = progress or (lambda message: None)
+    evidence; `stage`: a context around each slow step, given what it does (the CLI's progress line).
+    With `--thinking both` a run that fails is kept as failed and the other reported; a single run
+    that fails raises."""
+    from contextlib import nullcontext
+
+    step = stage or (lambda message: nullcontext())
     runs, failed = [], []
     for built in plan.prompts:
         mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
         try:
-            say(f"generating up to {max_new_tokens} tokens{mode}…")
-            result = generate(plan, engine, built, max_new_tokens, how)
+            with step(f"generating up to {max_new_tokens} tokens{mode}…"):
+                result = generate(plan, engine, built, max_new_tokens, how)
             missed = result.diagnosis.should_have_stopped
             fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stops.source, served) if missed and fixer else None
             evidence = None
             if needs_stop_evidence(plan, result):
-                say("the run went to the budget: measuring whether the weights can end a turn…")
-                evidence = stop_evidence(plan, engine)
+                with step("the run went to the budget: measuring whether the weights can end a turn…"):
+                    evidence = stop_evidence(plan, engine)
             runs.append(GenerationRun(result, fix, evidence))
         except StopdoctorError as error:
             if len(plan.prompts) == 1:

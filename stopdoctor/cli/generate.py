@@ -137,9 +137,8 @@ def generate(
 
     from stopdoctor.fix import generate_fix
 
-    with working("generating…") as status:
-        runs = api.run_generation(plan, engine, max_new_tokens, api.sampling(temperature, top_p, seed), server is not None,
-                                  progress=status.update, fixer=generate_fix)
+    runs = api.run_generation(plan, engine, max_new_tokens, api.sampling(temperature, top_p, seed), server is not None,
+                              stage=working, fixer=generate_fix)
     for mode, error in runs.failed:
         say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
         if error.hint:
