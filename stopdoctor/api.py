@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from stopdoctor.actions.render import RenderResult
     from stopdoctor.actions.stop_odds import StopOdds
     from stopdoctor.analysis.weights import WeightsReport
-    from stopdoctor.rules.registry import Check
-    from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
+    from stopdoctor.rules.registry import Rule
+    from stopdoctor.rules.results import InspectResult, LabelsResult, LogsResult
 
 # Public names that live in modules only some commands need (labels, logs): imported when first
 # asked for, so `inspect` does not pay for them (PEP 562).
@@ -132,14 +132,14 @@ def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[F
     return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
 
 
-def rules() -> list[Check]:
+def rules() -> list[Rule]:
     """Every registered rule, by code (SD000 check-crashed included)."""
     from stopdoctor.rules.runner import REGISTRY
 
     return [REGISTRY[code] for code in sorted(REGISTRY)]
 
 
-def find_rule(code_or_name: str) -> Check | None:
+def find_rule(code_or_name: str) -> Rule | None:
     """A rule by its code (SD101) or name (pad-is-eos), or None."""
     from stopdoctor.rules.runner import find
 
@@ -218,15 +218,15 @@ def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
 
 
 def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
-                 progress=None) -> LabelsReport:
+                 progress=None) -> LabelsResult:
     """`stopdoctor labels`: build the training labels of a dataset and check its end-of-turns."""
     return check_labels_of(load(spec, revision), data, settings, limit, progress)
 
 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
-                    progress=None) -> LabelsReport:
+                    progress=None) -> LabelsResult:
     """`check_labels` on a model already loaded."""
-    from stopdoctor.rules.results import LabelsReport
+    from stopdoctor.rules.results import LabelsResult
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
     from stopdoctor.actions.labels.result import LabelSettings
@@ -244,10 +244,10 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
         raise InputError(f"{Path(data).name}: holds no valid example: {len(bad)} bad line(s), the first {bad[0]}",
                          "rows need messages (chat), prompt and completion, or text, one JSON object a line")
     labels.bad_lines.extend(bad)
-    return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
+    return LabelsResult(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
 
 
-def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.ERROR) -> Report:
+def labels_report(result: LabelsResult, data: str, fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a labels run: the model and its dataset are the subject."""
     from stopdoctor.rules.inputs import LabelsInput
 

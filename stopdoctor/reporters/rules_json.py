@@ -10,10 +10,10 @@ import json
 from collections.abc import Sequence
 
 from stopdoctor.reporters.document import header
-from stopdoctor.rules.registry import Check
+from stopdoctor.rules.registry import Rule
 
 
-def render_rules_json(checks: Sequence[Check]) -> str:
+def render_rules_json(checks: Sequence[Rule]) -> str:
     return json.dumps({**header("stopdoctor.rules/1"), "rules": [
         {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}
         for c in checks

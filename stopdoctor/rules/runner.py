@@ -10,18 +10,18 @@ from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding
 from stopdoctor.rules import expect, kind, labels, logs, provenance, reasoning, serving, stops, template, weights  # noqa: F401  (registers the rules)
 from stopdoctor.rules import configured_stops, defaults, tokenizer  # noqa: F401  (registers the rules)
-from stopdoctor.rules.inputs import KINDS
-from stopdoctor.rules.registry import REGISTRY, Check, crashed
+from stopdoctor.rules.inputs import INPUT_KINDS
+from stopdoctor.rules.registry import REGISTRY, Rule, crashed
 
 
-def rules_for(kind: type) -> list[Check]:
+def rules_for(kind: type) -> list[Rule]:
     """The registered rules that check subjects of `kind`, by code."""
     return [REGISTRY[code] for code in sorted(REGISTRY) if REGISTRY[code].input is kind]
 
 
 def run_rules(subject: object) -> list[Finding]:
     """Run every rule registered for the subject's kind; findings most severe first."""
-    if type(subject) not in KINDS:
+    if type(subject) not in INPUT_KINDS:
         raise TypeError(f"no rule checks a {type(subject).__name__}")
     findings: list[Finding] = []
     for rule in rules_for(type(subject)):
@@ -36,7 +36,7 @@ def run_rules(subject: object) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.severity, f.code))
 
 
-def find(code_or_name: str) -> Check | None:
+def find(code_or_name: str) -> Rule | None:
     key = code_or_name.strip()
     if key.upper() in REGISTRY:
         return REGISTRY[key.upper()]

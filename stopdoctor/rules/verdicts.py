@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
-from stopdoctor.core.types import KINDS, Expectation, a_kind
+from stopdoctor.core.types import MODEL_KINDS, Expectation, a_kind
 
 if TYPE_CHECKING:
     from stopdoctor.actions.diff import ModelDiff
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from stopdoctor.actions.render import RenderResult
     from stopdoctor.actions.stop_odds import StopEvidence, StopOdds
     from stopdoctor.analysis.core import Analysis
-    from stopdoctor.rules.registry import Check
+    from stopdoctor.rules.registry import Rule
 
 
 def verdict(code: str, message: str, severity: Severity = Severity.ERROR, **evidence: Any) -> Finding:
@@ -98,11 +98,11 @@ def kind_findings(analysis: Analysis, expectation: Expectation | None, probe: Fr
     another model (a base model that behaves as base is no defect)."""
     from stopdoctor.rules.runner import REGISTRY
 
-    check: Check = REGISTRY["SD501"]
+    rule: Rule = REGISTRY["SD501"]
     wanted = expectation.kind if expectation and expectation.kind else None
     static = analysis.verdict.kind if analysis.verdict else "unknown"
-    target = wanted or (static if static in KINDS else None)
-    if target is None or probe.verdict not in KINDS or probe.verdict == target:
+    target = wanted or (static if static in MODEL_KINDS else None)
+    if target is None or probe.verdict not in MODEL_KINDS or probe.verdict == target:
         return []
     source = "expect-kind" if wanted else "its files (static verdict)"
     location = expectation.location("expect-kind") if wanted and expectation else None
@@ -112,7 +112,7 @@ def kind_findings(analysis: Analysis, expectation: Expectation | None, probe: Fr
         # the files are fine: the template and stop ids are not what to fix
         fix = ("the weights, not the files: the end-of-turn token was never trained; fine-tune with it in the "
                "labels (`stopdoctor labels`), or serve a checkpoint whose weights end turns (`stopdoctor stop-odds`)")
-    return [check.finding(f"live probe: expected {a_kind(target)} per {source}, it behaves as {probe.verdict}: {probe.reason}",
+    return [rule.finding(f"live probe: expected {a_kind(target)} per {source}, it behaves as {probe.verdict}: {probe.reason}",
                           fix, location, expected=target, found=probe.verdict, probe="fragment",
                           weights_never_stop=never_stops)]
 
@@ -185,9 +185,9 @@ def render_report(spec: str, result: RenderResult) -> Report:
 class RuleListing:
     """`rules`: every rule, or the one asked for (`detail`: its whole doc)."""
 
-    rules: tuple[Check, ...]
+    rules: tuple[Rule, ...]
     detail: bool = False
 
 
-def rules_report(rules: Sequence[Check], detail: bool = False) -> Report:
+def rules_report(rules: Sequence[Rule], detail: bool = False) -> Report:
     return Report("rules", [Subject("rules", result=RuleListing(tuple(rules), detail))])
