@@ -33,8 +33,19 @@ from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's r
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
+    from stopdoctor.actions.diff import ModelDiff
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.request import Engine, Prompt, Sampling, StopSet
+    from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, ModelContext
+    from stopdoctor.actions.generate.server import ServerEngine
+    from stopdoctor.actions.labels.result import DatasetLabels
+    from stopdoctor.actions.logs.report import LogsSettings, LogsSummary
+    from stopdoctor.actions.probe import ProbeReport
+    from stopdoctor.actions.probe_server.battery import ServerProbeReport
+    from stopdoctor.actions.probe_server.battery import Settings as ProbeSettings
     from stopdoctor.actions.render import RenderResult
-    from stopdoctor.actions.stop_odds import StopOdds
+    from stopdoctor.actions.stop_odds import Context, StopEvidence, StopOdds
+    from stopdoctor.core.types import ChatTemplate
     from stopdoctor.analysis.weights import WeightsReport
     from stopdoctor.rules.registry import Rule
     from stopdoctor.rules.results import InspectResult, LabelsResult, LogsResult
@@ -171,8 +182,8 @@ def _model_files(source: ModelSource) -> dict[str, Path]:
 # --- logs ------------------------------------------------------------------------------------
 
 
-def logs_findings(report: Any) -> list[Finding]:
-    """The logs rules (SD7xx) on a logs report."""
+def logs_findings(report: LogsSummary) -> list[Finding]:
+    """The logs rules (SD7xx) on what the logs query counted."""
     from stopdoctor.rules.inputs import LogsInput
     from stopdoctor.rules.runner import run_rules
 
@@ -180,7 +191,7 @@ def logs_findings(report: Any) -> list[Finding]:
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
-                      settings: Any = None, on_progress: Callable[[float], None] | None = None,
+                      settings: LogsSettings | None = None, on_progress: Callable[[str, float], None] | None = None,
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
     from stopdoctor.rules.results import LogsResult
@@ -209,7 +220,7 @@ def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severi
 # --- labels ----------------------------------------------------------------------------------
 
 
-def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
+def labels_findings(analysis: Analysis, labels: DatasetLabels) -> list[Finding]:
     """The labels rules (SD6xx) on a model and the labels built from a dataset."""
     from stopdoctor.rules.inputs import LabelsInput
     from stopdoctor.rules.runner import run_rules
@@ -279,9 +290,9 @@ def stop_odds(spec: str, data: str | None = None, limit: int | None = None, devi
 # --- diff ------------------------------------------------------------------------------------
 
 
-def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None):
-    """`stopdoctor diff A B`: what changed between two models (`actions.diff.ModelDiff`; its
-    `exit_code()` is 1 when a difference changes where generation stops)."""
+def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None) -> ModelDiff:
+    """`stopdoctor diff A B`: what changed between two models; `diff_report` makes it the Report
+    (a stop-relevant difference is a finding: exit 1)."""
     from stopdoctor.actions.diff import diff_analyses
 
     facts_a, facts_b = load(spec_a, revision_a), load(spec_b, revision_b)
@@ -306,14 +317,14 @@ def read_tools(path: str | Path) -> list[dict]:
     return load_tools(path)
 
 
-def read_template(path: Path) -> Any:
+def read_template(path: Path) -> ChatTemplate:
     """A chat template from a file (Jinja text, or a tokenizer_config.json/chat_template.json)."""
     from stopdoctor.actions.render import template_from_file
 
     return template_from_file(path)
 
 
-def training_template(path: Path) -> Any:
+def training_template(path: Path) -> ChatTemplate:
     """A training template file for `labels --template` (Jinja text, named by its file name)."""
     from stopdoctor.core.types import ChatTemplate, Location
     from stopdoctor.facts.model_facts import load_text
@@ -352,7 +363,7 @@ def stop_string(text: str) -> str:
 
 
 def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, corpus: list[Path] | None = None,
-                revision: str | None = None) -> Any:
+                revision: str | None = None) -> ProbeReport:
     """`stopdoctor probe-stop`: how each stop string tokenizes after typical text with the model's
     tokenizer, where an id match misses it, and whether it fires inside ordinary answers (the
     built-in samples and each `corpus` file); a `stopdoctor.actions.probe.ProbeReport`."""
@@ -366,14 +377,15 @@ def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, cor
 # --- logs ------------------------------------------------------------------------------------
 
 
-def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> Any:
+def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> LogsSettings:
     """`LogsSettings` for `analyze_log_files`: `fields` as NAME=$.PATH overrides, thresholds by name."""
     from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
 
     return LogsSettings(overrides=parse_field_overrides(fields or []), **thresholds)
 
 
-def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None, settings: Any = None) -> str:
+def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None,
+             settings: LogsSettings | None = None) -> str:
     """The DuckDB SQL that normalises each log file (`logs --show-sql`), to run elsewhere."""
     from stopdoctor.actions.logs.query import show_sql
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
@@ -401,10 +413,10 @@ class GenerationPlan:
     (two with thinking both), the stop set, and the reference answers a local run measures the
     weights on when it goes to the budget."""
 
-    context: Any  # stopdoctor.actions.generate.run.ModelContext
-    prompts: list[Any]  # stopdoctor.actions.generate.request.Prompt
-    stops: Any  # stopdoctor.actions.generate.request.StopSet, None for the fragment test
-    reference: Any = None
+    context: ModelContext
+    prompts: list[Prompt]
+    stops: StopSet | None  # None for the fragment test
+    reference: list[Context] | None = None
 
 
 def plan_generation(spec: str, revision: str | None = None, *, messages: list[dict] | None = None,
@@ -450,7 +462,7 @@ def check_device(device: str) -> None:
 
 
 def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
-                 progress: Callable[[str], None] | None = None) -> Any:
+                 progress: Callable[[str], None] | None = None) -> LocalEngine:
     """The model loaded with transformers (torch, imported here, lazily)."""
     from stopdoctor.actions.generate.local import LocalEngine
 
@@ -458,7 +470,7 @@ def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool 
 
 
 def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None = None, model_name: str | None = None,
-                  stream: bool = False, timeout: float = 300.0) -> Any:
+                  stream: bool = False, timeout: float = 300.0) -> ServerEngine:
     """An OpenAI-compatible server as the engine for `spec`; `timeout`: one request, connect to last byte."""
     from stopdoctor.actions.generate.server import ServerEngine
 
@@ -467,14 +479,15 @@ def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None =
     return engine
 
 
-def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Any:
+def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Sampling:
     """Greedy at temperature 0, as every runtime's temperature=0 is."""
     from stopdoctor.actions.generate.request import Sampling
 
     return Sampling(temperature, top_p, seed)
 
 
-def generate(plan: GenerationPlan, engine: Any, prompt: Any, max_new_tokens: int, how: Any = None) -> Any:
+def generate(plan: GenerationPlan, engine: Engine, prompt: Prompt, max_new_tokens: int,
+             how: Sampling | None = None) -> GenerateResult:
     """One generation of `prompt`, stopped as the plan's stop set says, and diagnosed: a
     `stopdoctor.actions.generate.run.GenerateResult`."""
     from stopdoctor.actions.generate.run import run_generate
@@ -482,7 +495,7 @@ def generate(plan: GenerationPlan, engine: Any, prompt: Any, max_new_tokens: int
     return run_generate(plan.context, engine, prompt, plan.stops, max_new_tokens, how or sampling())
 
 
-def needs_stop_evidence(plan: GenerationPlan, result: Any) -> bool:
+def needs_stop_evidence(plan: GenerationPlan, result: GenerateResult) -> bool:
     """A local run that went to the budget with no sign of a runaway: measure whether the weights
     can end a turn at all (a budget spent thinking is said as such, not measured as weights)."""
     thinking_ran_out = result.reasoning is not None and result.reasoning.ran_out_thinking
@@ -490,14 +503,14 @@ def needs_stop_evidence(plan: GenerationPlan, result: Any) -> bool:
             and not result.diagnosis.runaway_signs and not thinking_ran_out)
 
 
-def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
+def stop_evidence(plan: GenerationPlan, engine: Engine) -> StopEvidence:
     """P(end-of-turn) on reference answers and the end-of-turn rows: `actions.stop_odds.StopEvidence`."""
     from stopdoctor.actions.stop_odds import stop_evidence as measure
 
     return measure(plan.context.facts, plan.context.analysis, engine, plan.reference)
 
 
-def run_generation(plan: GenerationPlan, engine: Any, max_new_tokens: int, how: Any = None, served: bool = False,
+def run_generation(plan: GenerationPlan, engine: Engine, max_new_tokens: int, how: Sampling | None = None, served: bool = False,
                    stage: Callable[[str], AbstractContextManager[Any]] | None = None,
                    fixer: Callable[..., Any] | None = None) -> GenerationRuns:
     """`stopdoctor generate`: each prompt of the plan generated and diagnosed, with the fix line for
@@ -531,7 +544,7 @@ def run_generation(plan: GenerationPlan, engine: Any, max_new_tokens: int, how: 
     return GenerationRuns(tuple(runs), tuple(failed), both=len(plan.prompts) > 1)
 
 
-def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any:
+def fragment_test(plan: GenerationPlan, engine: Engine, max_new_tokens: int) -> FragmentVerdict:
     """The quick base-vs-instruct probe by behaviour: a `FragmentVerdict`."""
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
 
@@ -542,7 +555,8 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
 
 
 def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
-                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
+                 only: Iterable[str] | None = None, settings: ProbeSettings | None = None,
+                 request_s: float | None = None) -> ServerProbeReport:
     """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
     `api_key_env` names the variable holding the API key (never the key itself: it would land in
     shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
@@ -565,7 +579,7 @@ def probe_server(url: str, model: str | None = None, api_key_env: str | None = N
     return run_battery(url, model, api_key, settings or Settings(), only)
 
 
-def probe_server_report(result: Any) -> Report:
+def probe_server_report(result: ServerProbeReport) -> Report:
     """The one report of a probe-server run: each failed probe an error finding, each warning a
     warning, so the exit code is 1 exactly when a probe fails."""
     severities = {"fail": Severity.ERROR, "warn": Severity.WARNING}
