@@ -387,10 +387,11 @@ def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> LogsSet
 def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None,
              settings: LogsSettings | None = None) -> str:
     """The DuckDB SQL that normalises each log file (`logs --show-sql`), to run elsewhere."""
-    from stopdoctor.actions.logs.query import show_sql
+    from stopdoctor.actions.logs.query import LogsSettings, show_sql
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
-    return show_sql(paths, model_vocabulary(model, revision) if model else None, settings)
+    return show_sql(paths, model_vocabulary(model, revision) if model else None,
+                    settings if settings is not None else LogsSettings())
 
 
 # --- serving files -----------------------------------------------------------------------------
@@ -417,6 +418,13 @@ class GenerationPlan:
     prompts: list[Prompt]
     stops: StopSet | None  # None for the fragment test
     reference: list[Context] | None = None
+
+    @property
+    def stop_set(self) -> StopSet:
+        """The stop set a generation stops on; a fragment-test plan has none (it runs `fragment_test`)."""
+        if self.stops is None:
+            raise TypeError("a fragment-test plan has no stop set: run it with fragment_test")
+        return self.stops
 
 
 def plan_generation(spec: str, revision: str | None = None, *, messages: list[dict] | None = None,
@@ -492,7 +500,7 @@ def generate(plan: GenerationPlan, engine: Engine, prompt: Prompt, max_new_token
     `stopdoctor.actions.generate.run.GenerateResult`."""
     from stopdoctor.actions.generate.run import run_generate
 
-    return run_generate(plan.context, engine, prompt, plan.stops, max_new_tokens, how or sampling())
+    return run_generate(plan.context, engine, prompt, plan.stop_set, max_new_tokens, how or sampling())
 
 
 def needs_stop_evidence(plan: GenerationPlan, result: GenerateResult) -> bool:
@@ -529,7 +537,7 @@ def run_generation(plan: GenerationPlan, engine: Engine, max_new_tokens: int, ho
             with step(f"generating up to {max_new_tokens} tokens{mode}…"):
                 result = generate(plan, engine, built, max_new_tokens, how)
             missed = result.diagnosis.should_have_stopped
-            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stops.source, served) if missed and fixer else None
+            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stop_set.source, served) if missed and fixer else None
             evidence = None
             if needs_stop_evidence(plan, result):
                 with step("the run went to the budget: measuring whether the weights can end a turn…"):

@@ -10,7 +10,7 @@ torch missing. torch is imported only by stopdoctor.actions.generate.local, insi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import math
 
@@ -19,6 +19,9 @@ import typer
 from stopdoctor.cli.app import (ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, OutputOpt, PlainFormatOpt,
                                 RevisionOpt, app, chosen_format, handles_errors, message_pairs)
 from stopdoctor.cli.output import say, working, write_report
+
+if TYPE_CHECKING:
+    from stopdoctor.api import Engine  # a type only: the local or server engine
 
 
 # A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
@@ -121,6 +124,7 @@ def generate(
     plan = api.plan_generation(model, revision, messages=chat, messages_file=messages, prompt=prompt, raw=raw,
                                thinking=thinking, stops=stops, stop_ids=stop_id or [], stop_strings=stop or [],
                                max_new_tokens=max_new_tokens, local=server is None, fragment=fragment_test)
+    engine: Engine
     if server is not None:
         engine = api.server_engine(plan, server, model, route=route, model_name=server_model, stream=stream,
                                    timeout=server_timeout)

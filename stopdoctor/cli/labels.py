@@ -116,9 +116,9 @@ def labels(
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
     try:
-        report = check_labels_of(facts, str(data), settings, limit, progress)
+        result = check_labels_of(facts, str(data), settings, limit, progress)
     finally:
         progress.close()
-    report = labels_report(report, str(data), threshold)
+    report = labels_report(result, str(data), threshold)
     write_report(report, format, output, color, show=show)
     return report.exit_code()

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from stopdoctor.rules.registry import Rule
 
 
-def verdict(code: str, message: str, severity: Severity = Severity.ERROR, **evidence: Any) -> Finding:
+def verdict(code: str, message: str, severity: Severity = Severity.ERROR, evidence: dict[str, Any] | None = None) -> Finding:
     """A verdict as a finding: its code and name are the verdict's name."""
-    return Finding(code, code, severity, message, "", evidence=evidence)
+    return Finding(code, code, severity, message, "", evidence=evidence or {})
 
 
 # --- generate --------------------------------------------------------------------------------
@@ -67,20 +67,19 @@ def generation_findings(run: GenerationRun) -> list[Finding]:
     from stopdoctor.analysis.diagnose import runaway
 
     result, evidence = run.result, run.evidence
-    thinking = result.request.prompt.thinking
-    thinking = thinking if thinking not in (None, "default") else None
-    extra = {"thinking": thinking} if thinking else {}
+    mode = result.request.prompt.thinking
+    extra = {"thinking": mode} if mode != "default" else {}
     found = []
     if evidence is not None and evidence.never_stops:
-        found.append(verdict("weights-never-stop", "a runaway the weights cause: no stop configuration ends it", **extra))
+        found.append(verdict("weights-never-stop", "a runaway the weights cause: no stop configuration ends it", evidence=extra))
     if result.reasoning is not None and result.reasoning.runaway:
-        found.append(verdict("thought-loops", "a thought that loops until the budget runs out: no budget ends it", **extra))
+        found.append(verdict("thought-loops", "a thought that loops until the budget runs out: no budget ends it", evidence=extra))
     why = runaway(result.generation, result.diagnosis)
     if why is not None:
-        found.append(verdict("runaway", why, **extra))
+        found.append(verdict("runaway", why, evidence=extra))
     streamed = (result.generation.server or {}).get("stream")
     if streamed is not None and any(issue["kind"] != "no-done" for issue in streamed["issues"]):
-        found.append(verdict("stream-differs", "the client saw other text than the answer", **extra))
+        found.append(verdict("stream-differs", "the client saw other text than the answer", evidence=extra))
     return found
 
 
@@ -136,7 +135,7 @@ def stop_odds_report(odds: StopOdds) -> Report:
 def diff_report(diff: ModelDiff) -> Report:
     """`diff`: each stop-relevant difference a finding; the others are shown and never fail."""
     findings = [verdict("stop-relevant-difference", f"{d.what}: {d.why or 'it changes where generation stops'}",
-                        aspect=d.aspect, effect=d.effect or None) for d in diff.stop_relevant]
+                        evidence={"aspect": d.aspect, "effect": d.effect or None}) for d in diff.stop_relevant]
     return Report("diff", [Subject(f"{diff.a} vs {diff.b}", findings, result=diff)])
 
 
@@ -169,7 +168,7 @@ def fix_report(outcome: FixOutcome, fail_on: Severity) -> Report:
     findings = list(outcome.remaining)
     if outcome.plan.edits and not outcome.written:
         findings.append(verdict("fix-not-written", f"{len(outcome.plan.edits)} file(s) to fix: run again with --write",
-                                Severity.ERROR, files=[edit.label for edit in outcome.plan.edits]))
+                                evidence={"files": [edit.label for edit in outcome.plan.edits]}))
     return Report("fix", [Subject(outcome.model, findings, result=outcome)], fail_on)
 
 
