@@ -163,3 +163,18 @@ def test_no_module_outside_reporters_writes_a_json_document():
     assert not [m for m in found if m.startswith(("stopdoctor/cli/", "stopdoctor/api.py", "stopdoctor/gate.py"))]
     stale = sorted(set(NOT_OUTPUT) - set(found))
     assert not stale, f"no longer calling json.dumps, drop them from NOT_OUTPUT: {stale}"
+
+
+def test_one_exit_code_function():
+    """Every command's exit code comes from `Report.exit_code`: no other function computes one, and
+    the codes 0 and 1 are named nowhere else (2 and 3 are the error handler's)."""
+    functions, named = [], []
+    for path in sorted((ROOT / "stopdoctor").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions += [f"{relative}:{n.name}" for n in ast.walk(tree)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and "exit_code" in n.name]
+        named += [relative for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in ("EXIT_OK", "EXIT_FINDINGS")
+                  and relative not in ("stopdoctor/core/errors.py", "stopdoctor/core/findings.py")]
+    assert functions == ["stopdoctor/core/findings.py:exit_code"]
+    assert not named, f"an exit code decided outside Report.exit_code: {sorted(set(named))}"

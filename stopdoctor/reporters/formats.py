@@ -152,7 +152,7 @@ def _logs_json(report: Report, options: Options) -> str:
 def _probe_server_json(report: Report, options: Options) -> str:
     from stopdoctor.reporters.server_probe_text import render_server_probe_json
 
-    return render_server_probe_json(report.subjects[0].result)
+    return render_server_probe_json(report.subjects[0].result, report.exit_code())
 
 
 def _render_json(report: Report, options: Options) -> str:
