@@ -57,6 +57,7 @@ _LAZY = {
     "LabelSettings": ("stopdoctor.actions.labels.result", "LabelSettings"),
     "RenderResult": ("stopdoctor.actions.render", "RenderResult"),
     "LOGS_READ_DONE": ("stopdoctor.actions.logs.query", "RUNNING_DONE"),  # progress: read, analysing
+    "check_budget": ("stopdoctor.actions.generate.request", "check_budget"),  # generate: a budget a diagnosis can use
 }
 
 
@@ -488,10 +489,10 @@ def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None =
 
 
 def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Sampling:
-    """Greedy at temperature 0, as every runtime's temperature=0 is."""
-    from stopdoctor.actions.generate.request import Sampling
+    """Greedy at temperature 0, as every runtime's temperature=0 is; what no runtime takes is refused."""
+    from stopdoctor.actions.generate.request import checked_sampling
 
-    return Sampling(temperature, top_p, seed)
+    return checked_sampling(temperature, top_p, seed)
 
 
 def generate(plan: GenerationPlan, engine: Engine, prompt: Prompt, max_new_tokens: int,

@@ -160,3 +160,19 @@ def test_fragment_test_api_and_cli_agree(reply, verdict, code, server, chatml): 
     run = cli("generate", str(chatml), "--server", url, "--server-model", "served", "--fragment-test", "--format", "json")
     assert run.code == report.exit_code() == code, run.stderr
     assert run.json()["verdict"] == probe.verdict == verdict
+
+
+@pytest.mark.parametrize(("argv", "call"), [
+    (["--max-new-tokens", "0", "-m", "user", "hi"], lambda api: api.check_budget(0)),
+    (["--fragment-test", "--max-new-tokens", "4"], lambda api: api.check_budget(4, fragment=True)),
+    (["--temperature", "-1", "-m", "user", "hi"], lambda api: api.sampling(-1.0)),
+    (["--seed", str(2**64), "-m", "user", "hi"], lambda api: api.sampling(0.0, 1.0, 2**64)),
+])
+def test_generate_refuses_what_the_api_refuses(argv, call, chatml):  # noqa: F811
+    from stopdoctor import api
+    from stopdoctor.core.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        call(api)
+    run = cli("generate", str(chatml), *argv)
+    assert run.code == 2 and f"stopdoctor: error: {refused.value.message}" in run.stderr

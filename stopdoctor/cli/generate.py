@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from stopdoctor.api import Engine  # a type only: the local or server engine
 
 
-# A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
-MAX_NEW_TOKENS = 8192
-FRAGMENT_MIN_TOKENS = 24
-
-
 def check_server_url(server: str) -> None:
     """--server must be an http(s) URL that parses (`http://[::1` does not) with a host."""
     from urllib.parse import urlsplit
@@ -85,21 +80,13 @@ def generate(
     from stopdoctor.core.errors import InputError
 
     format = chosen_format(format, json, "generate")
-    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
-                         hint="a diagnosis needs a few dozen tokens; a budget is for one short generation")
-    if not (math.isfinite(temperature) and temperature >= 0) or not 0 < top_p <= 1:
-        raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
+    api.check_budget(max_new_tokens, fragment_test)
+    how = api.sampling(temperature, top_p, seed)
     if server is not None:
         check_server_url(server)
-    if seed is not None and not 0 <= seed < 2**64:
-        raise InputError(f"--seed {seed}: must be between 0 and 2^64 - 1", hint="torch takes a 64-bit seed")
     if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature or thinking):
         raise InputError("--fragment-test runs its own probes, greedy, with the model's stop ids",
                          hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature/--thinking, or drop --fragment-test")
-    if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
-        raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
-                         hint="an instruct model needs room to finish its answer before the verdict means anything")
     if not (math.isfinite(server_timeout) and 0 < server_timeout <= 86400):
         raise InputError("--server-timeout must be a number of seconds in (0, 86400]")
     if stream and server is None:
@@ -141,7 +128,7 @@ def generate(
 
     from stopdoctor.fix import generate_fix
 
-    runs = api.run_generation(plan, engine, max_new_tokens, api.sampling(temperature, top_p, seed), server is not None,
+    runs = api.run_generation(plan, engine, max_new_tokens, how, server is not None,
                               stage=working, fixer=generate_fix)
     for mode, error in runs.failed:
         say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
