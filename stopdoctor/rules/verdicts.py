@@ -5,8 +5,9 @@ built in `stopdoctor.api`; here are the verdicts of the commands that judge by r
 comparing something (generate, the fragment test, stop-odds, diff, probe-stop, fix) and of those
 that judge nothing (render, rules), whose report has no finding and exits 0.
 
-A verdict finding's code is its name (as probe-server's probes are), never an SD code: it is no
-rule, and the rules table stays the rules.
+A verdict finding's code is its name (as probe-server's probes are), not an SD code: it is no
+rule, and the rules table stays the rules. The fragment test's is SD501, the rule `check --live`
+holds the same probe to.
 
 Imports: core, rules (the registry: SD501); actions' results as types only.
 """
