@@ -75,6 +75,18 @@ def test_json_parses_o_writes_the_same_and_the_exit_code_is_the_rule(name, tmp_p
     assert human.code == code and human.stdout == ""
 
 
+@pytest.mark.parametrize(("lie", "code"), [(True, 1), (False, 0)])
+def test_probe_server_json_o_and_exit_code(lie, code, tmp_path):
+    """A stand-in server that says `stop` for answers cut at max_tokens fails a probe (1); an honest one passes (0)."""
+    from tests.standin_server import Behaviour, standin_server
+
+    with standin_server(Behaviour(lie_finish=lie)) as url:
+        shown = cli("probe-server", url, "--format", "json")
+        written = cli("probe-server", url, "--format", "json", "-o", str(tmp_path / "probe.json"))
+    assert shown.code == written.code == code and shown.json()["exit_code"] == code, shown.stderr
+    assert written.stdout == "" and _steady((tmp_path / "probe.json").read_text()) == _steady(shown.stdout)
+
+
 def test_render_format_json_is_the_json_document():
     # `render --format json` used to be a usage error; it is `render --json`'s document
     by_format = cli("render", CLEAN, "-m", "user", "Hi", "--format", "json")
