@@ -2,7 +2,7 @@
 fresh processes, interleaved rounds, wall and CPU time).
 
     python benchmarks/bench_inspect.py [--runs N] [--models DIR] [--baseline TREE]
-                                       [--ggufdoctor-path DIR]
+                                       [--ggufdoctor-path DIR] [--weights]
 
 Contenders:
   * `stopdoctor --help`                                   (start-up floor)
@@ -12,6 +12,8 @@ Contenders:
   * `stopdoctor inspect --json` on the SmolLM2 HF folder  (goal >= 15x the transformers path)
   * a transformers script doing the same reading (AutoTokenizer, GenerationConfig, apply_chat_template)
   * with --baseline TREE: the two stopdoctor inspects again from that checkout (before/after)
+  * with --weights: `stopdoctor inspect --weights --json` on the SmolLM2 HF folder (and from the
+    baseline), beside bench_weights.py's transformers load of the same rows  (goal >= 20x)
 Models come from fixtures/realmodels.py (STOPDOCTOR_TEST_MODELS or ~/.cache/stopdoctor/test-models).
 """
 
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout whose stopdoctor runs in the same rounds")
     parser.add_argument("--ggufdoctor-path", type=Path, help="a pip --target folder holding ggufdoctor 0.3.0")
     parser.add_argument("--skip-hf", action="store_true", help="GGUF contenders only")
+    parser.add_argument("--weights", action="store_true", help="also inspect --weights against a transformers load")
     args = parser.parse_args()
     hf = args.models / "smollm2-hf"
     gguf = args.models / "gemma-3-270m-q4_k_m.gguf"
@@ -66,6 +69,13 @@ def main() -> None:
             contenders["hf" + label] = Contender("stopdoctor inspect --json smollm2-hf" + label,
                                                  *stopdoctor(tree, "inspect", "--json", str(hf)))
         contenders["transformers"] = Contender("transformers script, same folder", [sys.executable, "-c", TRANSFORMERS_SCRIPT, str(hf)])
+    if hf.is_dir() and args.weights:
+        from bench_weights import TRANSFORMERS_SCRIPT as LOAD_ROWS
+
+        for label, tree in trees:
+            contenders["weights" + label] = Contender("stopdoctor inspect --weights --json smollm2-hf" + label,
+                                                      *stopdoctor(tree, "inspect", "--weights", "--json", str(hf)))
+        contenders["load rows"] = Contender("transformers load of the same rows", [sys.executable, "-c", LOAD_ROWS, str(hf)])
     print(f"# load average before: {load_average()} ({os.cpu_count()} CPUs); {args.runs} rounds after a warm-up")
     run_rounds(list(contenders.values()), args.runs)
     print(f"# load average after: {load_average()}")
@@ -77,6 +87,10 @@ def main() -> None:
         ratio("SmolLM2 HF folder, transformers / stopdoctor", contenders["transformers"], contenders["hf"], 15)
     if "hf [baseline]" in contenders:
         ratio("SmolLM2 HF folder, baseline / this checkout", contenders["hf [baseline]"], contenders["hf"])
+    if "load rows" in contenders:
+        ratio("inspect --weights, transformers load / stopdoctor", contenders["load rows"], contenders["weights"], 20)
+    if "weights [baseline]" in contenders:
+        ratio("inspect --weights, baseline / this checkout", contenders["weights [baseline]"], contenders["weights"])
 
 
 if __name__ == "__main__":

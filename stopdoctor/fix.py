@@ -30,14 +30,13 @@ from stopdoctor.actions.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
-from stopdoctor.runtimes.engines import hf_runtimes
+from stopdoctor.runtimes.engines import hf_runtimes, serving_engine
 from stopdoctor.runtimes.stops import tokenizer_eos
 
 if TYPE_CHECKING:
     from stopdoctor.analysis.core import Analysis
     from stopdoctor.facts.serving import ServingConfig
 
-HF_RUNTIMES = hf_runtimes()  # transformers, vLLM, TGI: the engine registry says which
 
 
 # --- JSON text surgery ------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def _members(text: str) -> dict[str, tuple[int, int, int]]:
         if text[i] != '"':
             raise ValueError(f"expected a key at {i}")
         key_start = i
-        key, i = json.decoder.scanstring(text, i + 1)
+        key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]  # public in CPython, missing in typeshed
         i = _skip(text, i)
         if text[i] != ":":
             raise ValueError(f"expected ':' at {i}")
@@ -142,7 +141,7 @@ def remaining_findings(findings: list[Finding], plan: FixPlan) -> list[Finding]:
 
 def _missing_end_ids(analysis: Analysis) -> list[int]:
     """The safe end-of-turn ids to add when an HF runtime stops on none of them."""
-    if not any(analysis.misses_end_of_turn(s.ids) for s in analysis.stops if s.runtime in HF_RUNTIMES):
+    if not any(analysis.misses_end_of_turn(s.ids) for s in analysis.stops if s.runtime in hf_runtimes()):
         return []
     return [i for i in analysis.primary_stop_ids() if analysis.stop_hazard(i) is None]
 
@@ -221,7 +220,9 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
     codes = {f.code for f in findings}
     text = serving.text
     label = serving.path.name
-    if serving.kind == "ollama":
+    served = serving_engine(serving.kind)
+    fix_edit = served.fix_edit if served is not None else None
+    if fix_edit == "stop-strings":
         wanted = []
         for finding in findings:
             if finding.code != "SD401":
@@ -239,17 +240,17 @@ def _serving_edits(analysis: Analysis, serving: ServingConfig, notes: list[str])
         except (ValueError, KeyError) as exc:
             raise InputError(f"{serving.path}: cannot edit ignore_eos: {exc}") from exc
         return [FileEdit(serving.path, label, text, after, "ignore_eos true → false")]
-    if serving.kind == "vllm" and "SD401" in codes:
+    if fix_edit == "generation-config" and served is not None and "SD401" in codes:
         choice = str(serving.generation_config.value) if serving.generation_config else "auto"
-        if choice in ("auto", "vllm"):
+        if choice in served.own_generation_config:
             return []  # the model's own generation_config.json is what needs the fix
-        after = _replace_vllm_generation_config(serving)
-        if after is None:
+        replaced = _replace_vllm_generation_config(serving)
+        if replaced is None:
             notes.append(f"{serving.path}: set --generation-config auto (the folder {choice} lacks the end-of-turn id)")
             return []
-        return [FileEdit(serving.path, label, text, after, f"--generation-config {choice} → auto")]
+        return [FileEdit(serving.path, label, text, replaced, f"--generation-config {choice} → auto")]
     for finding in findings:
-        if finding.code in ("SD401", "SD402", "SD405", "SD407") and serving.kind in ("llamacpp", "vllm"):
+        if finding.code in ("SD401", "SD402", "SD405", "SD407") and served is not None and served.fix_notes:
             notes.append(f"{finding.code} {finding.name}: {finding.fix}")
     return []
 

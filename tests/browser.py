@@ -49,6 +49,9 @@ class DrawnChart:
     legend_labels: list[str] = field(default_factory=list)
     mark_texts: list[str] = field(default_factory=list)  # the values written on the bars
     bars: int = 0
+    points: int = 0  # the symbols of a point mark
+    rules: int = 0  # the lines of a rule mark
+    titles: list[str] = field(default_factory=list)  # the chart's title lines
 
 
 class _Charts(HTMLParser):
@@ -77,12 +80,22 @@ class _Charts(HTMLParser):
         classes = [c for _, c in self.stack]
         if tag == "path" and any("mark-rect role-mark" in c for c in classes):
             chart.bars += 1
+        if tag == "path" and any("mark-symbol role-mark" in c for c in classes):
+            chart.points += 1
+        if tag == "line" and any("mark-rule role-mark" in c for c in classes):
+            chart.rules += 1
+        if tag == "tspan" and any("role-title-text" in c for c in classes):
+            if not chart.titles or chart.titles[-1]:  # a title of several lines: a tspan each
+                chart.titles.append("")
+            self.text_into = chart.titles
+            return
         if tag == "text":
             owner = next((c for c in reversed(classes) if "role-" in c), "")
             self.text_into = (chart.axis_labels[-1] if "role-axis-label" in owner else
                               chart.axis_titles if "role-axis-title" in owner else
                               chart.legend_labels if "role-legend-label" in owner else
-                              chart.mark_texts if "mark-text role-mark" in owner else None)
+                              chart.mark_texts if "mark-text role-mark" in owner else
+                              chart.titles if "role-title-text" in owner else None)
             if self.text_into is not None:
                 self.text_into.append("")
 
@@ -94,7 +107,7 @@ class _Charts(HTMLParser):
                 break
         if self.chart_depth is not None and len(self.stack) < self.chart_depth:
             self.chart_depth = None
-        if tag == "text":
+        if tag in ("text", "tspan"):
             self.text_into = None
 
     def handle_data(self, data):

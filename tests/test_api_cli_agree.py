@@ -1,5 +1,6 @@
-"""The Python API and the CLI agree: every API call in the README's Python examples, run as
-written and as the matching command, gives the same findings (codes and severities).
+"""The Python API and the CLI agree: every API call in the Python examples of the README and the
+manual (docs/api.md), run as written and as the matching command, gives the same findings (codes
+and severities).
 
 A default that changes a verdict must live in the API (or its stage), never in `cli/`; this
 test is what says so. The labels example also runs over every dataset in fixtures/labels/
@@ -30,7 +31,8 @@ NOT_COMMANDS = {"inspect_report"}
 
 
 def _api_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages if "incoming" not in page.parts)
     blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
     return [b for b in blocks if "from stopdoctor import api" in b or "stopdoctor.api" in b]
 

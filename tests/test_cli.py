@@ -1,17 +1,13 @@
-"""CLI-wide behaviour: rules docs, README rules table, colour, fast imports."""
+"""CLI-wide behaviour: rules docs, colour, fast imports (the rules' pages: tests/test_docs.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from stopdoctor.rules.runner import REGISTRY
-from stopdoctor.reporters.human import rules_markdown
 
 from .helpers import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_check_is_documented():
@@ -19,16 +15,6 @@ def test_every_check_is_documented():
         assert check.summary, check.code
         assert set(check.sections) - {"How the runtimes decide (source)"} == {"What it checks", "Why it matters", "Example", "Fix"}, check.code
         assert all(body.strip() for body in check.sections.values()), check.code
-
-
-def test_readme_rules_table_is_current():
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- rules:start -->") + len("<!-- rules:start -->")
-    end = readme.index("<!-- rules:end -->")
-    assert readme[start:end].strip() == rules_markdown(), (
-        "README rules table is stale; regenerate with: python -c "
-        "'from stopdoctor.reporters.human import rules_markdown; print(rules_markdown())'"
-    )
 
 
 def test_rules_lists_and_explains():

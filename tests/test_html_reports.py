@@ -45,8 +45,8 @@ def test_the_page_is_one_offline_file_with_the_library_inlined(tmp_path):
     text = page.read_text()
     markup = re.sub(r"(<script\b[^>]*>).*?</script>", r"\1", text, flags=re.S)  # the page without the scripts' bodies
     assert not re.search(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)=""", markup)  # nothing loaded from anywhere
-    assert markup.count("<script") == 7 + 2  # the specs, the inlined library, the drawing script
-    assert "vega-lite" in text and text.count('class="chart-spec"') == 7
+    assert markup.count("<script") == 9 + 2  # the specs, the inlined library, the drawing script
+    assert "vega-lite" in text and text.count('class="chart-spec"') == 9
     assert "sourceMappingURL" not in text
 
 
@@ -59,7 +59,7 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
     assert '<pre id="chart-errors" hidden=""></pre>' in dom
     charts = drawn_charts(dom)
     histograms = [c for c in charts if c.kind == "histogram"]
-    assert [c.drawn for c in charts] == [True] * 7 and len(histograms) == 6
+    assert [c.drawn for c in charts] == [True] * 9 and len(histograms) == 6
     for chart, figures in zip(histograms, report["charts"]["output_tokens"], strict=True):
         budget = figures["max_tokens"]
         assert chart.bars == 21
@@ -79,6 +79,29 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
     assert share.mark_texts == expected
     assert "100% (1 of 1)" in expected and "0% (0 of 8)" in expected
 
+    # the drill-downs: per model and per max_tokens, each finish reason's share written on its segment
+    for name, table in (("by-model", report["by_model"]), ("by-budget", report["by_max_tokens"])):
+        drill = next(c for c in charts if c.name == name)
+        assert drill.axis_labels[1] == list(table) and drill.axis_labels[0] == ["0%", "25%", "50%", "75%", "100%"]
+        assert drill.bars == sum(len(counts) for counts in table.values())
+        assert sorted(drill.mark_texts) == sorted(f"{n / sum(c.values()) * 100:.0f}%" for c in table.values()
+                                                  for n in c.values() if n / sum(c.values()) >= 0.04)
+        assert set(drill.legend_labels) == {r for c in table.values() for r in c}
+        rows = re.findall(rf'<tr class="drill {name}">(.*?)</tr>', dom, re.S)
+        assert len(rows) == len(table)
+        for row, counts in zip(rows, table.values()):
+            total = sum(counts.values())
+            assert f"<td class=\"num\">{total:,}</td>" in row
+            for n in counts.values():
+                assert f"{n:,} <span class=\"where\">({n / total * 100:.1f}%)</span>" in row
+    budget_rows = dict(zip(report["by_max_tokens"], re.findall(r'<tr class="drill by-budget">(.*?)</tr>', dom, re.S)))
+    for figures in report["charts"]["output_tokens"]:  # the answers at the budget, per budget, as the histograms count them
+        assert f"{figures['at_budget']} of {figures['total']} (" in budget_rows[str(figures["max_tokens"])]
+    model_row = re.search(r'<tr class="drill by-model">.*?</tr>', dom, re.S).group(0)
+    for key, problem in report["problems"].items():
+        if problem["count"]:
+            assert f"{key} {problem['by_model']['qwen3-8b']}" in visible_text(model_row)
+
     text = visible_text(dom)
     assert dom.count('<tr class="finding">') == len(report["findings"]) == 5
     for finding in report["findings"]:
@@ -91,7 +114,7 @@ def test_the_logs_page_draws_every_chart_with_the_json_reports_numbers(tmp_path)
     assert "The answer is" in sd701 and "&lt;think&gt;x&lt;/think&gt;Answer: 3" in sd701
 
     shot = tmp_path / "logs.png"
-    screenshot(browser, page, shot, tmp_path / "profile")
+    screenshot(browser, page, shot, tmp_path / "profile", size="1400,4200")  # down to the drill-downs
     assert shot.stat().st_size > 50_000  # a page of charts and tables, not a blank one
 
 

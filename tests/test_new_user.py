@@ -297,8 +297,8 @@ def test_readme_pre_commit_example_pins_a_release_tag():
 
     from stopdoctor import __version__
 
-    readme = (ROOT / "README.md").read_text()
-    revs = re.findall(r"^\s*rev:\s*(\S+)", readme, flags=re.MULTILINE)
+    page = (ROOT / "docs" / "ci.md").read_text()
+    revs = re.findall(r"^\s*rev:\s*(\S+)", page, flags=re.MULTILINE)
     assert revs == [f"v{__version__}"]
 
 

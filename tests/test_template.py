@@ -472,6 +472,9 @@ HOSTILE = {
     "globals": "{{ raise_exception.__globals__['os'] }}",
     "cycler-globals": "{{ cycler.__init__.__globals__.os }}",
     "namespace-dunder": "{% set ns = namespace(_hidden=1) %}",
+    # str() of a list of namespaces is sized before it is built (limits.py reaches jinja2's
+    # Namespace through sys.modules, so that commands that never render do not import jinja2)
+    "namespace-repr": "{% set ns = namespace(s='x' * 1000000) %}{{ ([ns] * 1000) | string }}",
     "mutate-messages": "{{ messages.append(messages) }}",
 }
 

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from stopdoctor.core.errors import InputError
 
@@ -174,7 +174,7 @@ def stage_with(path: Path, write: Callable[[IO], object], binary: bool = False) 
     """What `write(handle)` writes, in a temporary file in `path`'s folder, flushed to disk, with
     `path`'s permissions: ready to be renamed over `path`. A failure leaves nothing behind."""
     mode = stat.S_IMODE(os.stat(path).st_mode) if path.exists() else 0o644
-    options = {} if binary else {"encoding": "utf-8", "newline": ""}
+    options: dict[str, Any] = {} if binary else {"encoding": "utf-8", "newline": ""}
     try:
         handle = tempfile.NamedTemporaryFile("wb" if binary else "w", dir=path.parent, prefix=f".{path.name}.",
                                              suffix=".tmp", delete=False, **options)

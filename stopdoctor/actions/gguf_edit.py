@@ -26,11 +26,11 @@ from stopdoctor.actions.edits import refuse_linked, replace_with, stage_with
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFValueType
 
-_INT_TYPES = {
+_INT_TYPES: dict[int, str] = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
     GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i", GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
 }
-_FIXED_SIZES = {**{t: struct.calcsize(f) for t, f in _INT_TYPES.items()}, GGUFValueType.FLOAT32: 4,
+_FIXED_SIZES: dict[int, int] = {**{t: struct.calcsize(f) for t, f in _INT_TYPES.items()}, GGUFValueType.FLOAT32: 4,
                 GGUFValueType.BOOL: 1, GGUFValueType.FLOAT64: 8}
 COPY_CHUNK = 16 * 1024 * 1024
 

@@ -184,7 +184,7 @@ class PromptToken(NamedTuple):
     """One token of a rendered prompt. A tuple, not a dataclass: a 2M-character prompt can have
     over a million of them, and a tuple is built several times faster."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index, which nobody calls on a token
     id: int
     text: str  # the decoded piece (what the token writes), not the vocabulary form
     special: bool
@@ -279,7 +279,7 @@ def _spans_by_text(text: str, specials: Sequence[str]) -> list[SpecialSpan]:
     return spans
 
 
-def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], Sequence[PromptToken]]:
+def encode_prompt(facts: ModelFacts, text: str) -> tuple[list[int], PromptTokens]:
     """Encode as apply_chat_template(tokenize=True) does: add_special_tokens=False."""
     tokenizer = facts.vocab.tokenizer()
     encoding = tokenizer.encode(text, add_special_tokens=False)
@@ -308,7 +308,7 @@ class PromptTokens(Sequence[PromptToken]):
     def __len__(self) -> int:
         return len(self._ids)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -342,7 +342,7 @@ class PromptTokens(Sequence[PromptToken]):
 
 def _bos_report(facts: ModelFacts, text: str, special_tokens: dict[str, str]) -> BosReport:
     bos = special_tokens.get("bos_token")
-    written = bool(bos) and text.startswith(bos)
+    written = bool(bos and text.startswith(bos))
     adds = facts.add_bos.value if facts.add_bos is not None else None
     note = None
     if written and adds:
@@ -536,10 +536,9 @@ def render_conversations(facts: ModelFacts, request: RenderRequest, load: Any) -
     from stopdoctor.analysis.reasoning_run import thinking_calls
 
     notes = []
-    conversations = request.conversations
-    sample = conversations is None
+    conversations = request.conversations if request.conversations is not None else [list(SAMPLE_CONVERSATION)]
+    sample = request.conversations is None
     if sample:
-        conversations = [list(SAMPLE_CONVERSATION)]
         notes.append("no messages given; rendering a sample conversation (system + user). "
                      "Use -m ROLE TEXT or --messages FILE.")
     chosen = select_template(facts, request.template, request.tools)
@@ -548,7 +547,7 @@ def render_conversations(facts: ModelFacts, request: RenderRequest, load: Any) -
             check_typed_roles(chosen, conversation)
     # the switch the template reads (as generate finds it); None: the template's default, one render
     calls = thinking_calls(analyze(facts).reasoning, request.thinking) if request.thinking is not None else [None]
-    options = dict(tools=request.tools, add_generation_prompt=request.add_generation_prompt,
+    options: dict[str, Any] = dict(tools=request.tools, add_generation_prompt=request.add_generation_prompt,
                    continue_final_message=request.continue_final_message)
     try:
         prompts = [render_prompt(facts, conversation, template=chosen, thinking=call, **options)

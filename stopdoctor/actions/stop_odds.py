@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.weights import stop_targets
@@ -199,6 +200,7 @@ def _chat_context(facts: ModelFacts, messages: list[dict]) -> tuple[tuple[int, .
     if not isinstance(content, str) or not content.strip():
         raise InputError("the last assistant message has no text content")
     messages = messages[: last + 1]
+    assert facts.template is not None  # `_context` asks for a template before it renders a chat row
     text = render_chat(facts.template.source, messages, special_tokens=facts.special_token_texts())
     end = text.rfind(content.rstrip())
     if end < 0:
@@ -352,7 +354,7 @@ class StopEvidence:
 
     reference_median: float | None
     reference_examples: int
-    weights: object = None  # WeightsReport, None when the rows could not be read
+    weights: Any = None  # WeightsReport, None when the rows could not be read
     target: str = "the end-of-turn token"
     broken: bool = False  # the model's output held NaN or infinities: no odds were computed from it
 

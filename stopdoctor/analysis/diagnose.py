@@ -160,6 +160,7 @@ def turn_enders(analysis: Analysis) -> dict[int, TurnEnder]:
         if marker.single_special:
             add(marker.ids[0], marker.text, f"chat template ({marker.template}) ends assistant turns with it")
     for declared in tokenizer_eos(analysis.facts):
+        assert declared.id is not None  # tokenizer_eos keeps the declared ids only
         add(declared.id, declared.text or analysis.facts.vocab.text_of(declared.id), f"tokenizer eos ({declared.location})")
     for stops in analysis.stops:
         for stop in stops.stops:
@@ -316,9 +317,9 @@ def find_turns(text: str, headers: Mapping[str, str], specials: Iterable[str] = 
         if not any(t.offset <= turn.offset < t.offset + len(t.evidence) for t in found.values()):
             found.setdefault(turn.offset, turn)
     for match in _ROLE_LABEL.finditer(text):
-        role = _LABEL_ROLE.get(match.group(1).lower())
-        if role and not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
-            found.setdefault(match.start(), HallucinatedTurn(None, role, match.group(0), match.start(), "role label"))
+        said = _LABEL_ROLE.get(match.group(1).lower())
+        if said and not in_code(match.start()) and not any(t.offset <= match.start() < t.offset + len(t.evidence) for t in found.values()):
+            found.setdefault(match.start(), HallucinatedTurn(None, said, match.group(0), match.start(), "role label"))
     return [found[k] for k in sorted(found)]
 
 
@@ -404,11 +405,11 @@ class EndOfTurnOdds:
 
 
 def end_of_turn_odds(generation: Generation) -> EndOfTurnOdds | None:
-    measured = [s for s in generation.steps if s.p_end_of_turn is not None]
+    measured = [(s.p_end_of_turn, s) for s in generation.steps if s.p_end_of_turn is not None]
     if not measured:
         return None
-    best = max(measured, key=lambda s: s.p_end_of_turn)
-    return EndOfTurnOdds(best.p_end_of_turn, best.step, len(measured))
+    p, best = max(measured, key=lambda m: m[0])
+    return EndOfTurnOdds(p, best.step, len(measured))
 
 
 def runaway(generation: Generation, diagnosis: Diagnosis) -> str | None:

@@ -132,8 +132,8 @@ def reasoning_outcome(reasoning: ReasoningStructure, generation: Generation, mod
     if isinstance(field_text, str) and field_text:
         # The server's parser split the thought out: `text` is the answer only.
         answer = _strip_end(text, end_texts)
-        usage = server.get("usage") if isinstance(server.get("usage"), dict) else {}
-        details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
+        usage = u if isinstance(u := server.get("usage"), dict) else {}
+        details = d if isinstance(d := usage.get("completion_tokens_details"), dict) else {}
         count = details.get("reasoning_tokens")
         closed = bool(answer.strip()) or not length
         return ReasoningOutcome(mode, reasoning.style, open_, close, True, closed,

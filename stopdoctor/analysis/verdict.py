@@ -79,9 +79,9 @@ def decide(facts: ModelFacts, end_of_turn_ids: set[int], unsafe_ids: frozenset[i
             evidence.append(Evidence("generation_config.json sets sampling defaults", +1, facts.sampling["do_sample"].location))
     elif template_known:
         evidence.append(Evidence("no chat template", -2))
-    for declared in facts.declared_for("eos"):
-        if declared.text in TURN_END_EOS and declared.id not in unsafe_ids:
-            evidence.append(Evidence(f"eos is the turn-end token {declared.text}", +2, declared.location))
+    for eos in facts.declared_for("eos"):
+        if eos.text in TURN_END_EOS and eos.id not in unsafe_ids:
+            evidence.append(Evidence(f"eos is the turn-end token {eos.text}", +2, eos.location))
             strong = True
             break
     if facts.base_model is not None:

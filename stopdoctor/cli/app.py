@@ -26,13 +26,13 @@ class Command(TyperCommand):
     """Usage lines as people write them: `stopdoctor inspect [OPTIONS] MODEL` (typer writes a
     required argument as `{model}`, which reads like a template placeholder or a set)."""
 
-    def collect_usage_pieces(self, ctx) -> list[str]:  # type: ignore[override]
+    def collect_usage_pieces(self, ctx) -> list[str]:
         return [piece[1:-1] if piece.startswith("{") and piece.endswith("}") else piece
                 for piece in super().collect_usage_pieces(ctx)]
 
 
 class _Typer(typer.Typer):
-    def command(self, *args, cls=None, **kwargs):  # type: ignore[override]
+    def command(self, *args, cls=None, **kwargs):
         return super().command(*args, cls=cls or Command, **kwargs)
 
 
@@ -87,7 +87,7 @@ _MESSAGE_FLAGS = ("-m", "--message")
 
 
 class MessagePairCommand(Command):
-    def parse_args(self, ctx, args: list[str]) -> list[str]:  # type: ignore[override]
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
         joined: list[str] = []
         i = 0
         while i < len(args):
@@ -143,7 +143,7 @@ def handles_errors(command: F) -> F:
             raise typer.Exit(error.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except BaseException as error:  # noqa: BLE001 - the one place that turns bugs into exit 3
+        except BaseException as error:  # the one place that turns bugs into exit 3
             if os.environ.get("STOPDOCTOR_DEBUG"):
                 raise
             if is_native_panic(error):

@@ -32,6 +32,9 @@ BaselineOpt = Annotated[Path | None, typer.Option(
     show_default=False)]
 WriteBaselineOpt = Annotated[bool, typer.Option(
     "--write-baseline", help="Write every current finding to the --baseline file (default stopdoctor-baseline.json) and exit 0.")]
+HtmlOpt = Annotated[Path | None, typer.Option(
+    "--html", metavar="FILE", help="Also write the run as one self-contained HTML page (a CI artifact): pass/fail at the top, "
+    "every model and serving file, the findings with their fixes and file:line.", show_default=False)]
 ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when findings reach --fail-on (2 and 3 still apply).")]
 
 
@@ -40,7 +43,8 @@ ExitZeroOpt = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when
 def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOpt = None, format: FormatOpt = None,
           output: OutputOpt = None, fail_on: CheckFailOnOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           revision: RevisionOpt = None, live: LiveOpt = False, exit_zero: ExitZeroOpt = False, color: ColorOpt = None,
-          json: CheckJsonOpt = False, baseline: BaselineOpt = None, write_baseline: WriteBaselineOpt = False) -> int:
+          json: CheckJsonOpt = False, baseline: BaselineOpt = None, write_baseline: WriteBaselineOpt = False,
+          html: HtmlOpt = None) -> int:
     """Check models and their serving configuration in CI: SARIF, JUnit, GitHub annotations or JSON."""
     from stopdoctor.config import load_settings, with_flags
     from stopdoctor.gate import DEFAULT_BASELINE, apply_baseline, read_baseline, require_live, run_gate
@@ -67,8 +71,13 @@ def check(models: ModelsArg = None, serving: ServingOpt = None, config: ConfigOp
             say(f"stopdoctor: error: {model.error_line}")
         return report.exit_code(exit_zero=True)
     stale = 0
-    if accepted is not None:
+    if accepted is not None and baseline is not None:  # accepted was read from baseline
         report, stale = apply_baseline(report, accepted, baseline, base)
+    if html is not None:
+        from stopdoctor.cli.output import write_document
+        from stopdoctor.reporters.check_html import render_check_html
+
+        write_document(render_check_html(report, base, exit_zero), html, "the HTML report")
     write_report(report, settings.format, output, color, exit_zero=exit_zero)
     _summarise(report, exit_zero)
     if accepted is not None:

@@ -68,6 +68,7 @@ def generate(
     stream: Annotated[bool, typer.Option("--stream", help="With --server: also stream the request and check the reassembled stream against the answer (held-back stop strings, flush at the end, split UTF-8, special-token tails).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print every step: id, token text, special or not.")] = False,
     fragment_test: Annotated[bool, typer.Option("--fragment-test", help="Quick base-vs-instruct test by behaviour.")] = False,
+    html: Annotated[str | None, typer.Option("--html", metavar="FILE", help="Also write one self-contained HTML page: the token stream coloured by whether each token could end the turn, and P(end-of-turn) per step with the missed stop marked.", show_default=False)] = None,
     thinking: Annotated[str | None, typer.Option("--thinking", metavar="on|off|both", help="A reasoning model: render the prompt with thinking on, off, or both (two runs); default: the template's default.")] = None,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
@@ -91,6 +92,8 @@ def generate(
         raise InputError("--server-timeout must be a number of seconds in (0, 86400]")
     if stream and server is None:
         raise InputError("--stream needs --server URL", hint="streaming is checked on a server's answer")
+    if html and fragment_test:
+        raise InputError("--html draws one generation; drop --fragment-test")
     if stream and fragment_test:
         raise InputError("--stream checks one request; drop --fragment-test")
     if route not in (None, "chat", "completions"):
@@ -134,6 +137,22 @@ def generate(
         say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
         if error.hint:
             say(f"hint: {error.hint}")
+    if html:
+        from stopdoctor.cli.output import write_document
+        from stopdoctor.reporters.generation_html import render_generation_html
+
+        write_document(render_generation_html(_html_runs(model, runs)), Path(html), "the HTML report")
     report = api.generation_report(model, runs)
     write_report(report, format, output, color, trace=trace)
     return report.exit_code()
+
+
+def _html_runs(model: str, runs) -> list:
+    """(result, fix, evidence, exit code) per run, as the HTML page draws them; each run's code by
+    the one rule (its own Report)."""
+    from dataclasses import replace
+
+    from stopdoctor import api
+
+    return [(run.result, run.fix, run.evidence, api.generation_report(model, replace(runs, runs=(run,), failed=())).exit_code())
+            for run in runs.runs]

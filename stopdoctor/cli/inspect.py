@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,7 +40,7 @@ def _write_inspect_html(result, model: str, revision: str | None, html: str) -> 
     from stopdoctor.core.errors import InputError
     from stopdoctor.reporters.inspect_html import render_inspect_html
 
-    prompts, error = (), None
+    prompts, error = list[Any](), None
     try:  # a template that cannot render the sample is a finding of inspect's, not a reason to write no page
         prompts = render_prompts(model, revision=revision).prompts
     except InputError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,12 +26,12 @@ class _Progress:
     def __init__(self, what: str) -> None:
         self.what = what
         self.started = time.monotonic()
-        self.bar = None
-        self.task = None
+        self.bar: Any = None  # rich's Progress, imported when used
+        self.task: Any = None
         self.said = False
 
     def __call__(self, done: int, total: int) -> None:
-        if time.monotonic() - self.started < 1.0 or done >= total and self.bar is None:
+        if time.monotonic() - self.started < 1.0 or (done >= total and self.bar is None):
             return
         if not stderr_is_terminal():
             if not self.said:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,8 +27,8 @@ class _Progress:
     """A progress bar on stderr (a terminal only) while DuckDB reads one large file after another."""
 
     def __init__(self, paths: list[str]) -> None:
-        self.bar = None
-        self.task: int | None = None  # the file being read (one at a time, in order)
+        self.bar: Any = None  # rich's Progress, imported when used
+        self.task: Any = None  # the file being read (one at a time, in order)
         self.finished = True
         sizes = [os.path.getsize(p) if os.path.isfile(p) else PROGRESS_BYTES for p in paths]
         if stderr_is_terminal() and sum(sizes) >= PROGRESS_BYTES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from typing import Any
 from pathlib import Path
 
 from stopdoctor.core.errors import InputError, StopdoctorError
@@ -49,9 +50,9 @@ class working:
 
     def __init__(self, message: str) -> None:
         self.message = message
-        self._status = None
-        self._thread = None
-        self._done = None
+        self._status: Any = None  # rich's Status, imported when used
+        self._thread: Any = None  # a threading.Thread, imported when used
+        self._done: Any = None  # its threading.Event
 
     def __enter__(self) -> working:
         if stderr_is_terminal():

@@ -25,6 +25,7 @@ def stop_odds(
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Examples per forward pass (default 8 on CPU, 32 on a GPU).")] = None,
     device: Annotated[str, typer.Option("--device", help="auto (GPU when present), cpu or cuda.")] = "auto",
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Load pickled .bin weights (they can run code) when there is no .safetensors.")] = False,
+    html: Annotated[str | None, typer.Option("--html", metavar="FILE", help="Also write one self-contained HTML page: how P(end-of-turn) spreads over the answers, and every answer's numbers.", show_default=False)] = None,
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
@@ -43,6 +44,11 @@ def stop_odds(
     with working(f"measuring stop odds of {model}…") as status:
         odds = run_stop_odds(model, str(data) if data is not None else None, limit, device, revision, batch_size,
                              allow_pickle, progress=status.update)
+    if html:
+        from stopdoctor.cli.output import write_document
+        from stopdoctor.reporters.generation_html import render_stop_odds_html
+
+        write_document(render_stop_odds_html(odds), Path(html), "the HTML report")
     report = stop_odds_report(odds)
     write_report(report, format, output, color)
     return report.exit_code()

@@ -27,7 +27,7 @@ import numpy as np
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Token
-from stopdoctor.facts.gguf_constants import FIXED_TYPES, GGUF_MAGIC, SUPPORTED_VERSIONS, TYPE_SIZES, GGUFValueType, Keys, TokenType  # noqa: F401  (Keys, TokenType: read with the header)
+from stopdoctor.facts.gguf_constants import FIXED_TYPES, GGUF_MAGIC, SUPPORTED_VERSIONS, TYPE_SIZES, GGUFValueType, Keys, TokenType
 
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key/value count
 _U32 = struct.Struct("<I")
@@ -76,7 +76,7 @@ class LazyStrings(Sequence[str]):
     def __len__(self) -> int:
         return len(self._starts)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if self._items is None and isinstance(index, int):
             # One string (an eos token's text, say) does not need the whole array decoded.
             start = int(self._starts[index])

@@ -15,6 +15,7 @@ Imports nothing from the package.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any  # a numpy array of token types, as the GGUF header holds them
 
 EOG_TEXTS = (
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
@@ -59,7 +60,7 @@ def control_by_text(index: Mapping[str, int], has_key: Callable[[str], bool]) ->
     return out
 
 
-def retyped_to_control(tokens: Sequence[str], types: Sequence[int], has_key: Callable[[str], bool]) -> list[int]:
+def retyped_to_control(tokens: Sequence[str], types: Sequence[int] | Any, has_key: Callable[[str], bool]) -> list[int]:
     """The ids of `control_by_text` that the file does not already type control, in id order."""
     index: dict[str, int] = {}
     for token_id, text in enumerate(tokens):

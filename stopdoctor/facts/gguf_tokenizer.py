@@ -60,7 +60,7 @@ def header_to_tokenizer(header: GGUFHeader) -> tokenizers.Tokenizer:
     try:
         from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
     except ImportError:  # transformers < 5 kept it here
-        from transformers.integrations.ggml import convert_gguf_tokenizer
+        convert_gguf_tokenizer = __import__("transformers.integrations.ggml", fromlist=["_"]).convert_gguf_tokenizer
     tokenizer_dict: dict[str, Any] = {}
     for key, name in _TRANSFORMERS_TOKENIZER_KEYS.items():
         if key not in header.metadata:
@@ -126,6 +126,6 @@ def _set_bos_eos(backend: tokenizers.Tokenizer, header: GGUFHeader) -> None:
     # a space or a colon (`<b:s>`) cannot be written in TemplateProcessing's "TOKEN:TYPE" syntax.
     single = f"{'bos:0 ' if add_bos else ''}$A:0{' eos:0' if add_eos else ''}"
     pair = f"{single}{' bos:1' if add_bos else ''} $B:1{' eos:1' if add_eos else ''}"
-    special = ([{"id": "bos", "ids": [bos.id], "tokens": [bos.text]}] if add_bos else []) + (
-        [{"id": "eos", "ids": [eos.id], "tokens": [eos.text]}] if add_eos else [])
+    special = ([{"id": "bos", "ids": [bos.id], "tokens": [bos.text]}] if add_bos and bos is not None else []) + (
+        [{"id": "eos", "ids": [eos.id], "tokens": [eos.text]}] if add_eos and eos is not None else [])
     backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)

@@ -33,7 +33,7 @@ import time
 import unicodedata
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -169,12 +169,12 @@ def _opener(watchdog: _Watchdog) -> urllib.request.OpenerDirector:
     https_connection = watched(http.client.HTTPSConnection)
 
     class Http(urllib.request.HTTPHandler):
-        def http_open(self, req):  # noqa: ANN001 - urllib's signature
+        def http_open(self, req):  # urllib's signature
             return self.do_open(http_connection, req)
 
     class Https(urllib.request.HTTPSHandler):
-        def https_open(self, req):  # noqa: ANN001
-            return self.do_open(https_connection, req, context=self._context)
+        def https_open(self, req):
+            return self.do_open(https_connection, req, context=self._context)  # type: ignore[attr-defined]  # HTTPSHandler's own, untyped
 
     return urllib.request.build_opener(Http, Https, _NoRedirect)
 
@@ -355,7 +355,7 @@ def _depth_exceeds(document: Any, limit: int) -> bool:
     return False
 
 
-def stream_events(url: str, body: dict, limits: Limits = Limits(), api_key: str | None = None) -> Iterator[str]:
+def stream_events(url: str, body: dict, limits: Limits = Limits(), api_key: str | None = None) -> Generator[str, None, None]:
     """POST `body` and yield the payload of each `data:` line of the server-sent-event answer
     (comments, `event:` and `id:` lines skipped), within `limits`: the whole stream within
     `seconds`, its lines together within `max_bytes`, each line within `max_line`, each line

@@ -468,8 +468,8 @@ def _add_bos(facts: ModelFacts) -> Sourced[bool] | None:
         if isinstance(proc, dict) and proc.get("type") == "TemplateProcessing":
             single = proc.get("single") or []
             first = single[0] if single else {}
-            special = first.get("SpecialToken") if isinstance(first, dict) else None
-            adds = bool(special) and (bos is None or special.get("id") == bos)
+            special = s if isinstance(first, dict) and isinstance(s := first.get("SpecialToken"), dict) else None
+            adds = bool(special and (bos is None or special.get("id") == bos))
             return Sourced(adds, Location("tokenizer.json", "post_processor.single"))
     return Sourced(False, Location("tokenizer.json", "post_processor"))
 

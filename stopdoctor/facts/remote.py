@@ -194,7 +194,7 @@ class RangeReader:
             elif key.lower() != "accept-encoding":
                 request.add_header(key, value)
         timers: list[threading.Timer] = []
-        request.timers = timers  # the connection's watchdog, started when it connects (`_opener`)
+        request.timers = timers  # type: ignore[attr-defined]  # the connection's watchdog, started when it connects (`_opener`)
         try:
             with self._opener.open(request, timeout=min(TIMEOUT_S, max(0.1, self._deadline - time.monotonic()))) as response:
                 if first:
@@ -281,7 +281,7 @@ def _opener(reader: RangeReader) -> urllib.request.OpenerDirector:
     class HTTPS(urllib.request.HTTPSHandler):
         def https_open(self, req):
             return self.do_open(lambda *a, **k: _with_timers(secure(*a, **k), req), req,
-                                context=self._context)
+                                context=self._context)  # type: ignore[attr-defined]  # HTTPSHandler's own, untyped
 
     class Redirects(urllib.request.HTTPRedirectHandler):
         max_redirections = MAX_REDIRECTS
@@ -290,7 +290,7 @@ def _opener(reader: RangeReader) -> urllib.request.OpenerDirector:
         def redirect_request(self, req, fp, code, msg, headers, newurl):
             new = super().redirect_request(req, fp, code, msg, headers, newurl)
             if new is not None:
-                new.timers = getattr(req, "timers", None)
+                new.timers = getattr(req, "timers", None)  # type: ignore[attr-defined]  # ours, carried along
             return new
 
         def http_error_302(self, req, fp, code, msg, headers):
@@ -309,7 +309,7 @@ def _opener(reader: RangeReader) -> urllib.request.OpenerDirector:
 
 
 def _with_timers(connection: http.client.HTTPConnection, request) -> http.client.HTTPConnection:
-    connection.timers = getattr(request, "timers", None)
+    connection.timers = getattr(request, "timers", None)  # type: ignore[attr-defined]  # ours, carried along
     return connection
 
 

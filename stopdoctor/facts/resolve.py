@@ -169,7 +169,7 @@ def _within(seconds: float, what: str, call):
     def run() -> None:
         try:
             outcome["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
     worker = threading.Thread(target=run, daemon=True, name="stopdoctor-hub")

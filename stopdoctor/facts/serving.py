@@ -18,19 +18,21 @@ Imports: core, facts (file reading); pyyaml lazily.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.model_facts import load_json, load_text, parse_json
-from stopdoctor.facts.serving_config import ServingConfig, Setting
-from stopdoctor.facts.serving_engines import guess_engine, launcher_kind, parse_engine_command
+from stopdoctor.facts.serving_config import REQUEST, ServingConfig, Setting
+from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature, guess_engine, launcher_kind, parse_engine_command
 
-KINDS = ("vllm", "ollama", "llamacpp", "request", "sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
+# The file formats parsed here; the other engines' command lines are read by their `CommandSyntax`.
+SERVING_KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
 MAX_STOPS = 1024  # stop strings or stop ids in one file
 
@@ -38,34 +40,40 @@ MAX_STOPS = 1024  # stop strings or stop ids in one file
 # --- loading -------------------------------------------------------------------------------------
 
 
-def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str]) -> ServingConfig:
+def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str],
+                 commands: Mapping[str, CommandSyntax], signatures: Sequence[FileSignature] = ()) -> ServingConfig:
     """Parse a serving file; `kind` is guessed from its name and content when None, a command
-    line's by its launcher (`launchers`: program → kind, from the engine registry;
-    `runtimes.serving.load_serving` passes it)."""
+    line's by its launcher (`launchers`: program → kind; `commands`: kind → its command syntax;
+    both from the engine registry, which `runtimes.serving.load_serving` asks)."""
     path = Path(path)
     text = _read(path)
-    if kind is not None and kind not in KINDS:
-        raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(KINDS)}")
-    kind = kind or guess_kind(path, text, launchers)
-    if kind == "request":
+    kinds = SERVING_KINDS + tuple(commands)
+    if kind is not None and kind not in kinds:
+        raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(kinds)}")
+    kind = kind or guess_kind(path, text, launchers, commands.values(), signatures)
+    if kind == REQUEST:
         return _parse_request(path, text)
-    if kind in KINDS[4:]:  # the other engines' servers
+    if kind in commands:  # the other engines' servers
+        return parse_engine_command(path, text, commands[kind])
+    return FORMATS.get(kind, _parse_llamacpp_command)(path, text)
 
-        return parse_engine_command(path, text, kind)
-    if kind == "ollama":
-        return _parse_modelfile(path, text)
-    if kind == "vllm":
-        if path.suffix.lower() in (".yaml", ".yml"):
-            return _parse_vllm_yaml(path, text)
-        return _parse_vllm_command(path, text)
-    return _parse_llamacpp_command(path, text)
+
+def _parse_vllm(path: Path, text: str) -> ServingConfig:
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _parse_vllm_yaml(path, text)
+    return _parse_vllm_command(path, text)
 
 
 def _read(path: Path) -> str:
     return load_text(path, str(path), max_bytes=MAX_SERVING_BYTES, encoding="utf-8-sig")
 
 
-def guess_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str:
+def guess_kind(path: Path, text: str, launchers: Mapping[str, str], commands: Iterable[CommandSyntax],
+               signatures: Sequence[FileSignature] = ()) -> str:
+    """The kind of a serving file given without --kind: a request body by its JSON; a file of an
+    engine's own format by its name or content (`signatures`, from the engine registry, those with
+    content of their own first); a command line by its launcher, its command syntax, then by the
+    engine it mentions."""
     name = path.name.lower()
     stripped = text.lstrip()
     if name.endswith((".jinja", ".jinja2", ".j2")) or stripped.startswith(("{%", "{{", "{#")):
@@ -74,22 +82,21 @@ def guess_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str:
                          hint="compare it with `stopdoctor render MODEL --compare FILE`; --serving takes a vLLM command "
                               "or YAML, an Ollama Modelfile, a llama.cpp command, or an OpenAI request body (JSON)")
     if name.endswith(".json") or stripped.startswith("{"):
-        return "request"
-    if name.startswith("modelfile") or name.endswith(".modelfile") or re.search(r"(?im)^\s*FROM\s+\S", text):
-        return "ollama"
-    if name.endswith((".yaml", ".yml")):
-        return "vllm"
+        return REQUEST
+    for signature in sorted(signatures, key=lambda s: s.content is None):  # stable: registry order within
+        if any(fnmatch.fnmatch(name, pattern.lower()) for pattern in signature.names) \
+                or (signature.content is not None and re.search(signature.content, text)):
+            return signature.kind
 
     launched = launcher_kind(path, text, launchers)
     if launched is not None:
         return launched
-    engine = guess_engine(text)
+    engine = guess_engine(text, commands)
     if engine is not None:
         return engine
-    if re.search(r"(?<![\w-])vllm(?![\w-])|vllm\.entrypoints", text):
-        return "vllm"
-    if re.search(r"llama-server|llama-cli|llama_cpp|llama\.cpp|\bserver\b.*\s-m\s", text):
-        return "llamacpp"
+    for signature in signatures:
+        if signature.mentioned is not None and re.search(signature.mentioned, text):
+            return signature.kind
     raise InputError(
         f"{path}: cannot tell what kind of serving file this is",
         hint="pass --kind vllm, ollama, llamacpp or request",
@@ -526,3 +533,8 @@ def _generation_folder_eos(folder: Path) -> set[int]:
                 return {v for v in value if isinstance(v, int)}
             return set()
     return set()
+
+
+# The file formats parsed here, by the serving kind that names them (the engine registry's
+# `serving_kind`); any other kind's command line is read by its `CommandSyntax`.
+FORMATS = {"vllm": _parse_vllm, "ollama": _parse_modelfile, "llamacpp": _parse_llamacpp_command}

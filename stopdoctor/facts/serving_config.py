@@ -13,6 +13,9 @@ from stopdoctor.core.types import Location
 from stopdoctor.facts.lines import key_line
 
 
+REQUEST = "request"  # the kind of an OpenAI-compatible request body: no engine, its own stop fields
+
+
 @dataclass(frozen=True)
 class Setting:
     """One value from the serving file, with the key (flag, PARAMETER, JSON key) that set it."""
@@ -24,7 +27,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    kind: str  # vllm | ollama | llamacpp | request
+    kind: str  # an engine's serving kind (vllm, ollama, llamacpp, sglang, ...) or REQUEST
     path: Path
     text: str
     model: Setting | None = None  # the model the file names (vllm positional/--model, FROM, -m)
@@ -43,6 +46,7 @@ class ServingConfig:
     def location(self, key: str | Setting | None = None) -> Location:
         """Where `key` is set: a Setting's own line as the parser recorded it, else the line of the
         first setting read under that key, else the key looked up in the text."""
+        setting: Setting | None
         if isinstance(key, Setting):
             setting, key = key, key.key
         else:

@@ -1,8 +1,9 @@
-"""Serving command lines of the engines beyond vLLM, Ollama and llama.cpp: SGLang
-(`python -m sglang.launch_server --model-path M`), MLX (`mlx_lm.server --model M`,
-`mlx_vlm.server --model M`) and llama-cpp-python (`python -m llama_cpp.server --model M`).
-Each becomes a `ServingConfig` whose `kind` names the engine's stop set in `runtimes.engine_stops`.
-Which launcher starts which engine is the engine registry's knowledge (`runtimes.engines`), passed in.
+"""Serving command lines of the engines beyond vLLM, Ollama and llama.cpp (SGLang
+`python -m sglang.launch_server --model-path M`, MLX `mlx_lm.server --model M`, llama-cpp-python
+`python -m llama_cpp.server --model M`, LMDeploy `lmdeploy serve api_server M`, ...), read by one
+parser driven by each engine's `CommandSyntax`. Each becomes a `ServingConfig` whose `kind` names the
+engine. Which launcher starts which engine, and each engine's syntax, is the engine registry's
+knowledge (`runtimes.engines`), passed in.
 
 Imports: core, facts.serving (the config type).
 """
@@ -11,24 +12,37 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.serving_config import ServingConfig, Setting
 
-ENGINE_KINDS = ("sglang", "mlx-lm", "mlx-vlm", "llama-cpp-python")
-# What names each engine's server in a command line.
-ENGINE_PATTERNS = (
-    ("sglang", re.compile(r"\bsglang(?:\.launch_server|\s+serve)\b")),
-    ("mlx-vlm", re.compile(r"\bmlx[_-]vlm(?:\.server|\s+server)\b")),
-    ("mlx-lm", re.compile(r"\bmlx[_-]lm(?:\.server|\s+server)\b")),
-    ("llama-cpp-python", re.compile(r"\bllama_cpp\.server\b")),
-)
-MODEL_FLAGS = {"sglang": ("--model-path", "--model"), "mlx-lm": ("--model",), "mlx-vlm": ("--model",),
-               "llama-cpp-python": ("--model",)}
-# The flag that sets the default budget of a request that names none (runtimes.defaults).
-MAX_TOKENS_FLAGS = {"mlx-lm": ("--max-tokens",), "mlx-vlm": ("--max-tokens",)}
+
+@dataclass(frozen=True)
+class CommandSyntax:
+    """How one engine's server command line names its model and its default budget (the engine
+    module in `runtimes/engines/` fills it in and cites where it read it)."""
+
+    kind: str  # the serving kind the parsed file gets
+    pattern: str  # a regex naming the server in a file's text (read when no launcher says it)
+    model_flags: tuple[str, ...] = ()
+    max_tokens_flags: tuple[str, ...] = ()  # the flag that sets the budget of a request naming none
+    # The words that may come before a positional model (`lmdeploy serve api_server MODEL`), one
+    # tuple per way to start the server: the model is the word after them when it is no flag.
+    model_after: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class FileSignature:
+    """How a serving file of one engine is told when no --kind is given (the engine module fills it
+    in): by its name, by content of its own format, or, last, by a mention of the engine."""
+
+    kind: str
+    names: tuple[str, ...] = ()  # file name patterns, case-insensitive (fnmatch)
+    content: str | None = None  # a regex of its own format's content (a Modelfile's FROM line)
+    mentioned: str | None = None  # a regex naming the engine anywhere in the text (read after launchers)
 
 
 # Words that run another program: the launcher is after them (with their flags and VAR=value).
@@ -77,14 +91,24 @@ def launcher_kind(path: Path, text: str, launchers: Mapping[str, str]) -> str | 
     return None
 
 
-def guess_engine(text: str) -> str | None:
-    for kind, pattern in ENGINE_PATTERNS:
-        if pattern.search(text):
-            return kind
+def guess_engine(text: str, commands: Iterable[CommandSyntax]) -> str | None:
+    for syntax in commands:
+        if re.search(syntax.pattern, text):
+            return syntax.kind
     return None
 
 
-def parse_engine_command(path: Path, text: str, kind: str) -> ServingConfig:
+def _positional_model(words: list[str], starts: tuple[tuple[str, ...], ...]) -> Setting | None:
+    for after in starts:
+        for i in range(len(words) - len(after)):
+            if tuple(words[i:i + len(after)]) == after:
+                following = words[i + len(after)]
+                return None if following.startswith("-") else Setting(following, after[-1])
+    return None
+
+
+def parse_engine_command(path: Path, text: str, syntax: CommandSyntax) -> ServingConfig:
+    kind = syntax.kind
     joined = re.sub(r"\\\r?\n", " ", text)
     try:
         words = shlex.split(joined, comments=True)
@@ -101,8 +125,10 @@ def parse_engine_command(path: Path, text: str, kind: str) -> ServingConfig:
                 i += 1
             options[name] = Setting(value if (eq or value) else "true", name)
         i += 1
-    model = next((options[f] for f in MODEL_FLAGS[kind] if f in options), None)
-    max_tokens = next((options[f] for f in MAX_TOKENS_FLAGS.get(kind, ()) if f in options), None)
+    model = next((options[f] for f in syntax.model_flags if f in options), None)
+    if model is None and syntax.model_after:
+        model = _positional_model(words, syntax.model_after)
+    max_tokens = next((options[f] for f in syntax.max_tokens_flags if f in options), None)
     if max_tokens is not None:
         try:
             max_tokens = Setting(int(max_tokens.value), max_tokens.key)

@@ -183,17 +183,38 @@ def cache_dir() -> Path:
     return Path(os.environ.get("STOPDOCTOR_CACHE") or Path.home() / ".cache" / "stopdoctor")
 
 
+# The GGUF tokenizers this process already has, by file identity: `diff A A`, `inspect --against`
+# and `check` read one file twice, and reading Gemma's cached 262k-token JSON takes ~1 s. Never
+# changed once built (a caller that changes one copies it first), so sharing is safe; two kept,
+# the two sides of a comparison.
+_LOADED_GGUF_TOKENIZERS: dict[str, tokenizers.Tokenizer] = {}
+_LOADED_KEPT = 2
+
+
 def _cached_gguf_tokenizer(header: Any) -> tokenizers.Tokenizer:
     """transformers' GGUF tokenizer conversion takes seconds (15 s for Gemma's 262k vocabulary);
-    its result depends only on the file, so it is kept as tokenizer JSON keyed by file identity."""
+    its result depends only on the file, so it is kept as tokenizer JSON keyed by file identity,
+    and the last two are kept in memory too."""
+    import tokenizers
+
+    from stopdoctor.facts.gguf_tokenizer import RECIPE_VERSION
+
+    stat = header.path.stat()
+    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}:{RECIPE_VERSION}"
+    tokenizer = _LOADED_GGUF_TOKENIZERS.pop(key, None) or _read_or_convert(header, key)
+    _LOADED_GGUF_TOKENIZERS[key] = tokenizer  # most recent last
+    while len(_LOADED_GGUF_TOKENIZERS) > _LOADED_KEPT:
+        del _LOADED_GGUF_TOKENIZERS[next(iter(_LOADED_GGUF_TOKENIZERS))]
+    return tokenizer
+
+
+def _read_or_convert(header: Any, key: str) -> tokenizers.Tokenizer:
     import hashlib
 
     import tokenizers
 
-    from stopdoctor.facts.gguf_tokenizer import RECIPE_VERSION, header_to_tokenizer
+    from stopdoctor.facts.gguf_tokenizer import header_to_tokenizer
 
-    stat = header.path.stat()
-    key = f"{header.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{tokenizers.__version__}:{RECIPE_VERSION}"
     cached = cache_dir() / "gguf-tokenizers" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
     if cached.is_file():
         try:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,8 @@ class Matrix:
     rows: int
     columns: int
     path: Path = field(repr=False, compare=False, default=Path())
-    entry: object = field(repr=False, compare=False, default=None)  # SafetensorsTensor | GGUFTensor
-    reader: object = field(repr=False, compare=False, default=None)  # a hub file's ByteSource (range reads)
+    entry: Any = field(repr=False, compare=False, default=None)  # SafetensorsTensor | GGUFTensor
+    reader: Any = field(repr=False, compare=False, default=None)  # a hub file's ByteSource (range reads)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def _transfer(*matrices: Matrix | None) -> HttpTransfer | None:
 # --- GGUF ------------------------------------------------------------------------------------
 
 
-def _gguf_matrices(path: Path, header: object = None) -> tuple[Matrix, Matrix | None]:
+def _gguf_matrices(path: Path, header: Any = None) -> tuple[Matrix, Matrix | None]:
     from stopdoctor.facts.gguf import read_header
     from stopdoctor.facts.gguf_rows import type_name
 
@@ -219,12 +220,12 @@ def _weight_files(source: ModelSource) -> list[tuple[Path, ByteSource | None]]:
                 raise InputError(f"{index}: names {name!r}, which is not a file in the model folder")
         if shards:
             return [(root / name, None) for name in shards]
-    files = sorted(p for p in root.glob("*.safetensors") if p.is_file())
-    if not files:
+    local = sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    if not local:
         hint = "only pickled .bin weights: convert them to safetensors" if any(root.glob("*.bin")) else \
             "inspect --weights reads the embedding rows from the model's .safetensors or .gguf file"
         raise InputError(f"{root}: no .safetensors weights", hint=hint)
-    return [(path, None) for path in files]
+    return [(path, None) for path in local]
 
 
 def _shards(index: Path) -> list[str]:

@@ -38,7 +38,7 @@ def render_github(report: Report, base: Path) -> str:
         for finding in model.findings:
             place = locate(model, finding)
             file = relative_uri(place.path, base)[0] if place is not None else None
-            if file is not None and file.startswith("file://"):
+            if place is not None and file is not None and file.startswith("file://"):
                 file = str(place.path)  # outside the workspace: GitHub shows it unattached
             lines.append(annotation(
                 COMMAND[finding.severity],

@@ -65,6 +65,12 @@ def script_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def count_ticks(top: int) -> list[int]:
+    """Whole-number ticks from 0 to at least `top`, at most 6 (a count axis never reads 0.5)."""
+    step = next(m * 10 ** k for k in range(20) for m in (1, 2, 5) if top / (m * 10 ** k) <= 5)
+    return list(range(0, top + step, step)) if top else [0, 1]
+
+
 def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
     """A figure whose body vega-embed fills with the spec's SVG; `caption` is escaped here.
     The spec takes the container's width (charts use the page, not a fixed 640 px)."""
@@ -75,9 +81,10 @@ def chart(chart_id: str, kind: str, caption: str, spec: dict[str, Any]) -> str:
             f'<script type="application/json" class="chart-spec" data-target="{chart_id}">{script_json(spec)}</script></div>')
 
 
-def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "") -> str:
+def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more_title: str = "",
+                   heading: bool = True, inline_where: bool = True) -> str:
     """Each finding with its severity, rule, message, `fix:` and where it was found; `more` adds a
-    column (the logs page's example answers)."""
+    column (the logs page's example answers, the check page's file:line)."""
     def where(f: Any) -> str:
         loc = f.location
         if loc is None:
@@ -88,10 +95,10 @@ def findings_table(findings: Any, more: Callable[[Any], str] | None = None, more
     rows = "".join(
         f'<tr class="finding"><td class="{f.severity.label}">{f.severity.label}</td>'
         f"<td>{html_text(f.code)}<br>{html_text(f.name)}</td><td>{html_isolated(f.message)}"
-        f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f)}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
+        f'<div class="fix">fix: {html_isolated(f.fix)}</div>{where(f) if inline_where else ""}</td>' + (f"<td>{more(f)}</td>" if more else "") + "</tr>"
         for f in findings)
     extra = f"<th>{html_text(more_title)}</th>" if more else ""
-    return "<h2>Findings</h2>" + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
+    return ("<h2>Findings</h2>" if heading else "") + (f"<table><tr><th>severity</th><th>rule</th><th>finding and fix</th>{extra}</tr>{rows}</table>"
                                    if rows else "<p>none</p>")
 
 

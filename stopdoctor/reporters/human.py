@@ -6,7 +6,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from stopdoctor.rules.results import InspectResult
-from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Rule
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.stops import RUNTIMES
@@ -35,6 +34,7 @@ def render_inspect_human(result: InspectResult, color: bool = False, width: int 
     for config in result.serving:  # `check --serving`: each file read, with its own verdict
         out.print(f"  serving   {escape(str(config.path))}  [dim]({config.kind})[/]  {serving_verdict(config, result.findings)}")
     verdict = analysis.verdict
+    assert verdict is not None  # `analyze` always decides one
     clues = "; ".join(f"{e.clue} ({e.weight:+d})" for e in verdict.evidence) or "no clue either way"
     out.print(f"  kind      [bold]{verdict.kind}[/]  score {verdict.score:+d} (instruct at +1 or more with a strong "
               f"clue, base at -2 or less)  [dim]{escape(clues)}[/]")
@@ -137,12 +137,3 @@ def render_rules_human(checks: list[Rule], color: bool = False, width: int = 100
         table.add_row(check.code, check.name, check.severity.label, escape(check.summary))
     out.print(table)
     return text_of(out)
-
-
-def rules_markdown() -> str:
-    """The README rules table, generated from the registry (a test fails when the README is stale)."""
-    lines = ["| code | name | severity | what it checks |", "|---|---|---|---|"]
-    for code in sorted(REGISTRY):
-        check = REGISTRY[code]
-        lines.append(f"| {check.code} | `{check.name}` | {check.severity.label} | {check.summary} |")
-    return "\n".join(lines)

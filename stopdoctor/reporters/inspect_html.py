@@ -18,7 +18,7 @@ STOPS, MISSES = "stops", "does not stop"
 
 def _token_rows(result: Any) -> list[tuple[int, str]]:
     """Every token any runtime stops on, the end-of-turn tokens and the declared ones, by id."""
-    analysis, texts = result.analysis, {}
+    analysis, texts = result.analysis, dict[int, str]()
     for e in analysis.end_of_turn:
         for i in e.ids:
             texts.setdefault(i, e.text)
@@ -43,7 +43,7 @@ def stops_spec(result: Any) -> dict[str, Any]:
                            "state": STOPS if stops else MISSES,
                            "colour": "stops" if stops else ("end of turn, does not stop" if token_id in end_ids else "does not stop"),
                            "from": (f"{source.location.file}" + (f" {source.location.key}" if source.location.key else "")
-                                    if stops and source.location is not None else "")})
+                                    if source is not None and source.location is not None else "")})
     domain = ["stops", "end of turn, does not stop", "does not stop"]
     return {"height": 34 * max(1, len(rows)), "data": {"values": values},
             "encoding": {"x": {"field": "runtime", "type": "nominal", "sort": None,

@@ -13,6 +13,7 @@ from stopdoctor.reporters.reasoning_text import reasoning_document
 def inspect_document(result: InspectResult) -> dict[str, Any]:
     facts, analysis = result.facts, result.analysis
     primary = analysis.runtime(result.primary_runtime)
+    assert analysis.verdict is not None  # `analyze` always decides one
     return {
         **header("stopdoctor.inspect/1"),
         "model": {
@@ -49,14 +50,14 @@ def inspect_document(result: InspectResult) -> dict[str, Any]:
         "stop_ids": {
             "effective": primary.ids,
             "runtime": primary.runtime,
-            "sources": [{"id": s.id, "text": s.text, **location(s.location)} for s in primary.stops],
+            "sources": [{"id": s.id, "text": s.text, **(location(s.location) or {})} for s in primary.stops],
             "per_runtime": {
-                s.runtime: {"ids": s.ids, "rule": s.rule, "complete": s.complete, "sources": [{"id": x.id, "text": x.text, **location(x.location)} for x in s.stops]}
+                s.runtime: {"ids": s.ids, "rule": s.rule, "complete": s.complete, "sources": [{"id": x.id, "text": x.text, **(location(x.location) or {})} for x in s.stops]}
                 for s in analysis.stops
             },
         },
-        "declared": [{"role": d.role, "id": d.id, "text": d.text, **location(d.location)} for d in facts.declared],
-        "templates": [{"name": t.name, **location(t.location), "chars": len(t.source)} for t in facts.templates],
+        "declared": [{"role": d.role, "id": d.id, "text": d.text, **(location(d.location) or {})} for d in facts.declared],
+        "templates": [{"name": t.name, **(location(t.location) or {}), "chars": len(t.source)} for t in facts.templates],
         "findings": [finding(f) for f in result.findings],
         "summary": summary(result.findings),
     }

@@ -81,7 +81,7 @@ def render_junit(report: Report, base: Path) -> str:
     suites = [_suite(model, report, base) for model in report.subjects]
     root.extend(suites)
     for attribute in ("tests", "failures", "errors"):
-        root.set(attribute, str(sum(int(s.get(attribute)) for s in suites)))
+        root.set(attribute, str(sum(int(s.get(attribute, 0)) for s in suites)))
     for element in root.iter():  # every text and attribute: XML 1.0 forbids most controls
         element.text = xml_text(element.text) if element.text is not None else None
         for key, value in element.attrib.items():

@@ -86,11 +86,11 @@ def _render_example(out, example: LabelledExample, result: DatasetLabels, width:
         out.print(line)
     for span in example.spans:
         where = "text" if span.message is None else f"message {span.message}"
-        if span.end_token is not None:
+        if span.end_token is not None and span.end_id is not None:
             token = f"{result.token_text(span.end_id)} (id {span.end_id}) at token {span.end_token}"
         else:
             token = "no end token"
-        verdict = "[green]trained[/]" if span.trained else f"[bold red]{escape(CAUSE_TEXT[span.cause])}[/]"
+        verdict = "[green]trained[/]" if span.trained else f"[bold red]{escape(CAUSE_TEXT[str(span.cause)])}[/]"
         out.print(f"  end of {where}: {escape(token)} — {verdict}")
     if example.unlocated:
         out.print(f"  [dim]{example.unlocated} assistant message(s) not written verbatim by the template: not checked[/]")

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from stopdoctor.reporters.html_page import chart, findings_table, page
+from stopdoctor.reporters.html_page import chart, count_ticks, findings_table, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -74,12 +74,6 @@ def _bar_labels(y: str, text: str) -> dict[str, Any]:
     """The value printed above each non-empty bar, so nothing needs a hover."""
     return {"mark": {"type": "text", "dy": -6, "fontSize": 11, "color": "#222"},
             "transform": [{"filter": f"datum.{y} > 0"}], "encoding": {"text": {"field": text}}}
-
-
-def count_ticks(top: int) -> list[int]:
-    """Whole-number ticks from 0 to at least `top`, at most 6 (a count axis never reads 0.5)."""
-    step = next(m * 10 ** k for k in range(20) for m in (1, 2, 5) if top / (m * 10 ** k) <= 5)
-    return list(range(0, top + step, step)) if top else [0, 1]
 
 
 def histogram_spec(h: Any) -> dict[str, Any]:
@@ -177,14 +171,80 @@ def _problems_table(problems: dict[str, Any]) -> str:
             f"{rows or '<tr><td colspan=5>none</td></tr>'}</table>")
 
 
-def _counts_table(title: str, first: str, table: dict[str, dict[str, int]]) -> str:
-    """Per-model or per-budget drill-down: finish reasons per row, the counts as numbers."""
-    reasons = list(dict.fromkeys(r for counts in table.values() for r in counts))
+def _reasons(table: dict[str, dict[str, int]]) -> list[str]:
+    """The finish reasons of a table, in the colours' order (the chart's and the table's)."""
+    present = list(dict.fromkeys(r for counts in table.values() for r in counts))
+    return [f for f in COLOURS if f in present] + [f for f in present if f not in COLOURS]
+
+
+def shares_spec(table: dict[str, dict[str, int]], title: str) -> dict[str, Any]:
+    """One bar per row (model or max_tokens), its finish reasons as shares of 100%, each segment of
+    4% or more written with its share; the counts are in the table beside it."""
+    domain = _reasons(table)
+    values = []
+    for order, (key, counts) in enumerate(table.items()):
+        total = sum(counts.values())
+        for finish in domain:
+            n = counts.get(finish, 0)
+            if n:
+                share = n / total * 100
+                values.append({"row": key, "order": order, "finish": finish, "rank": domain.index(finish), "answers": n,
+                               "share": round(share, 1), "label": f"{share:.0f}%" if share >= 4 else ""})
+    stack = {"stack": "answers", "groupby": ["row"], "sort": [{"field": "rank"}], "as": ["from", "to"], "offset": "normalize"}
+    y = {"field": "row", "type": "nominal", "sort": {"field": "order", "op": "min"}, "axis": {"title": title, "labelLimit": 320}}
+    return {"height": 30 * len(table), "data": {"values": values},
+            "transform": [stack, {"calculate": "(datum.from + datum.to) / 2", "as": "middle"}],
+            "encoding": {"y": y},
+            "layer": [{"mark": {"type": "bar", "stroke": "#fff"}, "encoding": {
+                "x": {"field": "from", "type": "quantitative", "scale": {"domain": [0, 1]},
+                      "axis": {"title": "share of the answers", "format": ".0%", "values": [0, 0.25, 0.5, 0.75, 1]}},
+                "x2": {"field": "to"},
+                "color": {"field": "finish", "type": "nominal", "title": "finish_reason",
+                          "scale": {"domain": domain, "range": [COLOURS.get(f, "#607d8b") for f in domain]},
+                          "legend": {"orient": "top"}},
+                "tooltip": [{"field": "row", "title": title}, {"field": "finish"}, {"field": "answers"}, {"field": "share"}]}},
+                {"mark": {"type": "text", "fontSize": 11, "color": "#fff", "fontWeight": "bold"},
+                 "transform": [{"filter": "datum.label !== ''"}],
+                 "encoding": {"x": {"field": "middle", "type": "quantitative"}, "text": {"field": "label"}}}]}
+
+
+def _share_cells(counts: dict[str, int], reasons: list[str]) -> str:
+    total = sum(counts.values())
+    return "".join(f"<td class=num>{counts.get(r, 0):,}"
+                   + (f" <span class=where>({counts[r] / total * 100:.1f}%)</span>" if counts.get(r) else "") + "</td>"
+                   for r in reasons)
+
+
+def _drill_down(chart_id: str, title: str, first: str, table: dict[str, dict[str, int]], caption: str,
+                extra_title: str, extra: Any) -> str:
+    """A drill-down: the shares chart, then per row its answers, each finish reason's count and
+    share, and `extra(key)` (a model's problems, a budget's answers at the budget)."""
+    if not table:
+        return ""
+    reasons = _reasons(table)
     head = "".join(f"<th>{html_text(r)}</th>" for r in reasons)
-    rows = "".join(f"<tr><td>{html_isolated(key)}</td><td class=num>{sum(counts.values()):,}</td>"
-                   + "".join(f"<td class=num>{counts.get(r, 0):,}</td>" for r in reasons) + "</tr>"
-                   for key, counts in table.items())
-    return f"<h2>{html_text(title)}</h2><table><tr><th>{html_text(first)}</th><th>answers</th>{head}</tr>{rows}</table>"
+    rows = "".join(f'<tr class="drill {chart_id}"><td>{html_isolated(key)}</td><td class=num>{sum(counts.values()):,}</td>'
+                   f"{_share_cells(counts, reasons)}<td>{extra(key)}</td></tr>" for key, counts in table.items())
+    return (f"<h2>{html_text(title)}</h2>" + chart(chart_id, "shares", caption, shares_spec(table, first))
+            + f"<table><tr><th>{html_text(first)}</th><th>answers</th>{head}<th>{html_text(extra_title)}</th></tr>{rows}</table>")
+
+
+def _model_problems(problems: dict[str, Any]):
+    def cell(model: str) -> str:
+        found = [(p.key, p.by_model[model]) for p in problems.values() if p.by_model.get(model)]
+        return ", ".join(f"{html_text(key)} {n:,}" for key, n in found) or "none"
+    return cell
+
+
+def _budget_facts(charts: Any):
+    """Per max_tokens: the answers at (or past) the budget and the models sent it (from the histograms)."""
+    def cell(key: str) -> str:
+        mine = [h for h in (charts.histograms if charts is not None else ()) if str(h.max_tokens) == key]
+        if not mine:
+            return ('<span class="where">— (not counted: the histograms above cover the most common model and '
+                    'max_tokens pairs whose output tokens are logged)</span>')
+        return "; ".join(f"{h.at_budget:,} of {h.total:,} ({html_isolated(h.model)})" for h in mine)
+    return cell
 
 
 def render_logs_html(result: Any) -> str:
@@ -211,6 +271,9 @@ def render_logs_html(result: Any) -> str:
                      + chart("timeline", "timeline", f"per {charts.timeline.bucket} (UTC), {rows[0][0]} … {rows[-1][0]}",
                              timeline_spec(charts.timeline)))
     parts.append(_problems_table(report.problems))
-    parts.append(_counts_table("By model", "model", report.by_model))
-    parts.append(_counts_table("By max_tokens", "max_tokens", report.by_max_tokens))
+    parts.append(_drill_down("by-model", "Per model", "model", report.by_model,
+                             "finish reasons per model, as shares of its answers", "problems found", _model_problems(report.problems)))
+    parts.append(_drill_down("by-budget", "Per max_tokens", "max_tokens", report.by_max_tokens,
+                             "finish reasons per max_tokens value, as shares of its answers", "answers at the budget (model)",
+                             _budget_facts(charts)))
     return page("stopdoctor logs", "".join(parts))

@@ -27,7 +27,7 @@ def _ids_with_pieces(ids: list[int], pieces: list[str]) -> str:
 def _render_stop(out, stop: StopReport, color: bool) -> None:
     probe = stop.probe
     out.print()
-    out.print(Text.assemble(("stop ", "bold"), (quoted(probe.stop), "bold magenta" if color else None)))
+    out.print(Text.assemble(("stop ", "bold"), (quoted(probe.stop), "bold magenta" if color else "")))
     special = f"  = special token id {probe.special_token_id}" if probe.special_token_id is not None else ""
     out.print(f"  standalone  {escape(_ids_with_pieces(probe.standalone_ids, stop.standalone_pieces))}{escape(special)}")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold" if color else None)
@@ -35,10 +35,10 @@ def _render_stop(out, stop: StopReport, color: bool) -> None:
         table.add_column(name)
     for ctx in stop.contexts:
         p = ctx.probe
-        boundary = Text("aligned", style="green" if color else None) if p.aligned else \
-            Text(f"merged with {quoted(p.merged_prefix)}", style="yellow" if color else None)
-        fires = Text("fires", style="green" if color else None) if ctx.id_match_fires else \
-            Text("MISSES", style="bold red" if color else None)
+        boundary = Text("aligned", style="green" if color else "") if p.aligned else \
+            Text(f"merged with {quoted(p.merged_prefix)}", style="yellow" if color else "")
+        fires = Text("fires", style="green" if color else "") if ctx.id_match_fires else \
+            Text("MISSES", style="bold red" if color else "")
         table.add_row(f"  {p.context_name}", quoted(p.context), _ids_with_pieces(p.ids, ctx.pieces), boundary, fires)
     out.print(table)
     total = len(stop.contexts)

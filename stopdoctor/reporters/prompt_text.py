@@ -94,7 +94,7 @@ def _token_table(prompt: RenderedPrompt, color: bool) -> Table:
     table.add_column("token")
     table.add_column("special")
     for token in prompt.tokens[:MAX_TABLE_ROWS]:
-        style = SPECIAL_STYLE if token.special else None
+        style = SPECIAL_STYLE if token.special else ""
         table.add_row(str(token.index), str(token.id), Text(quoted(token.text), style=style),
                       "special" if token.special else "")
     if len(prompt.tokens) > MAX_TABLE_ROWS:
@@ -136,7 +136,7 @@ def _render_comparison(out, comparison: PromptComparison) -> None:
                   f"vs {escape(comparison.right_label)} (+)")
         for line in comparison.diff:
             style = "red" if line.startswith("-") else "green" if line.startswith("+") else \
-                "cyan" if line.startswith("@@") else None
+                "cyan" if line.startswith("@@") else ""
             out.print(Text(line, style=style))
     if comparison.end_of_turn_error:
         out.print(f"end of turn  could not be compared: {escape(comparison.end_of_turn_error)}")

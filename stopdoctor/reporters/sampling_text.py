@@ -11,7 +11,7 @@ from typing import Any
 
 from stopdoctor.facts.card_sampling import card_sampling
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.runtimes.sampling import KEYS, RuntimeSampling, effective_sampling
+from stopdoctor.runtimes.sampling import KEYS, RuntimeSampling, effective_sampling, sets_sampling
 from stopdoctor.reporters.document import location
 
 SHORT = {"temperature": "temp", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
@@ -45,7 +45,7 @@ def served_sampling_document(facts: ModelFacts, serving: tuple) -> dict[str, Any
     plain = effective_sampling(facts)
     out: dict[str, Any] = {}
     for config in serving:
-        if config.kind not in ("ollama", "request"):
+        if not sets_sampling(config):
             continue
         rows = {row.runtime: {v.key: {"value": _value(v.value), "default": v.default, "source": v.source} for v in row.values}
                 for row, before in zip(effective_sampling(facts, config), plain, strict=True) if row.values != before.values}
@@ -73,7 +73,7 @@ def print_sampling(out, facts: ModelFacts, serving: tuple = ()) -> None:
     from rich.markup import escape  # the JSON document needs no rich
 
     card = card_sampling(facts)
-    setting = [s for s in serving if s.kind in ("ollama", "request") and _sets_sampling(facts, s)]
+    setting = [s for s in serving if sets_sampling(s) and _sets_sampling(facts, s)]
     if not facts.sampling and not card and not setting:
         return
     declared = ", ".join(f"{k} {_value(v.value)} ({v.location})" for k, v in facts.sampling.items()) or "none"

@@ -108,8 +108,8 @@ def sarif_document(report: Report, base: Path) -> dict[str, Any]:
     notifications = [
         {
             "level": "error",
-            "message": {"text": model.error_line
-                                + (f" (hint: {model.error.hint})" if model.error.hint else "")},
+            "message": {"text": (model.error_line or "")
+                                + (f" (hint: {model.error.hint})" if model.error and model.error.hint else "")},
             "descriptor": {"id": "load-error"},
             "properties": {"model": model.name},
         }

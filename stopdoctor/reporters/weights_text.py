@@ -53,7 +53,7 @@ def print_weights(out, report: WeightsReport, texts: dict[int, str | None] | Non
 
     rows = report.rows
     shape = f"{rows.embedding.rows}×{rows.embedding.columns} {rows.embedding.dtype}"
-    output = "tied (lm_head is the embedding)" if rows.tied else f"{rows.output.tensor} ({rows.output.dtype})"
+    output = "tied (lm_head is the embedding)" if rows.output is None else f"{rows.output.tensor} ({rows.output.dtype})"
     out.print(f"  weights   {escape(rows.embedding.file)}: {escape(rows.embedding.tensor)} {shape}; output {escape(output)}  "
               f"[dim]({len(report.watched) + report.candidates} rows + baseline read in {rows.seconds:.2f} s)[/]")
     if rows.http is not None:

@@ -9,6 +9,7 @@ from stopdoctor.rules.registry import Rule, rule
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.serving import is_ollama_native
 from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT, OLLAMA_CONTEXT
+from stopdoctor.runtimes.engines import serving_engine
 
 
 @rule("SD430", "default-budget-truncates", Severity.WARNING, input=ServingInput)
@@ -77,17 +78,19 @@ def ollama_context_truncates(subject: ServingInput, self: Rule):
     `llm/llama_server.go` (a prompt over the context is shifted or refused).
     """
     serving = subject.serving
-    if serving.kind != "ollama" or "PARAMETER num_ctx" in serving.options:
+    served = serving_engine(serving.kind)
+    # the engine whose context, when its file names none, is its own hidden default (Ollama's by VRAM)
+    if served is None or served.context_option is None or served.context_option in serving.options:
         return
     small = OLLAMA_CONTEXT[0]
     needs: list[tuple[int, str, str | None]] = []
     budget = serving.max_tokens.value if serving.max_tokens is not None else None
     if isinstance(budget, int) and budget > small.value:
-        needs.append((budget, f"num_predict {budget:,}", serving.max_tokens.key))
+        needs.append((budget, f"num_predict {budget:,}", serving.max_tokens.key if serving.max_tokens else None))
     reasoning = subject.analysis.reasoning
     card = card_output_tokens(subject.analysis.facts) if reasoning.is_reasoning and reasoning.default_on is not False else None
     if card is not None and card.value > small.value and budget is None:
-        needs.append((card.value, f"the {card.value:,} output tokens its card recommends for a thinking model", serving.model.key))
+        needs.append((card.value, f"the {card.value:,} output tokens its card recommends for a thinking model", serving.model.key if serving.model else None))
     if not needs:
         return
     need, what, key = max(needs)

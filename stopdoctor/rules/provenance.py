@@ -56,7 +56,7 @@ def eos_dropped(subject: ComparisonInput, self: Rule):
     stops = set(subject.analysis.runtime(runtime).ids)
     kept = {d.id for role in ("eos", "eot", "eom") for d in model.declared_for(role) if d.id is not None} | stops
     kept_texts = {model.vocab.text_of(i) for i in kept} - {None}
-    dropped = []
+    dropped: list[tuple[int, str | None, Location]] = []
     for declared in original.declared_for("eos"):
         if declared.id is None or declared.id in kept or any(d[0] == declared.id for d in dropped):
             continue

@@ -27,13 +27,14 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.card_sampling import card_sampling, card_values
-from stopdoctor.runtimes.engines import engine
+from stopdoctor.facts.serving_config import REQUEST
+from stopdoctor.runtimes.engines import engine, serving_engine
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
 from stopdoctor.rules.registry import Rule, rule
 
 # vLLM reasoning parsers by the framing they read (runtimes/engines/vllm.py cites each parser).
-VLLM_PARSERS = engine("vllm").reasoning_parsers
+VLLM_PARSERS = engine("vllm").reasoning_parsers  # type: ignore[union-attr]  # a registered engine
 HARMONY_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "harmony"))
 # Parsers that read everything before `</think>` as reasoning, all of the output when none comes.
 OPEN_ENDED_PARSERS = frozenset().union(*(p.names for p in VLLM_PARSERS if p.framing == "open-ended"))
@@ -156,6 +157,9 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Rule):
     analysis, serving = subject.analysis, subject.serving
     reasoning = analysis.reasoning
     parser = _option(serving, "--reasoning-parser", "reasoning_parser", "reasoning-parser")
+    served = serving_engine(serving.kind)
+    if served is not None and not served.vllm_parser_names:
+        parser = None  # parsers stopdoctor has not read: no verdict on their names
     if parser is not None and isinstance(parser.value, str) and parser.value:
         name = parser.value.strip().lower().replace("-", "_")
         where = serving.location(parser.key)
@@ -172,7 +176,8 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Rule):
             yield self.finding(f"--reasoning-parser {name} reads all output before {reasoning.close} as reasoning; with "
                                f"{reasoning.can_disable} no {reasoning.close} comes and every answer lands in reasoning_content",
                                "use --reasoning-parser qwen3 (it reads a reply without the thought as content)", where)
-        elif name in OPEN_TAG_PARSERS and serving.kind == "vllm" and reasoning.prefilled and reasoning.open == "<think>":
+        elif name in OPEN_TAG_PARSERS and served is not None and served.open_tag_parser(name) and reasoning.prefilled \
+                and reasoning.open == "<think>":
             yield self.finding(f"the prompt already opens the thought ({reasoning.open}), so the output holds only "
                                f"{reasoning.close}; vLLM's {name} parser before 0.16.1 needs both tags and then puts the "
                                "whole thought and the answer in content (vllm #22507, #27118)",
@@ -187,10 +192,13 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Rule):
 
 
 def _llamacpp_reasoning(serving, reasoning, self: Rule):
-    """llama.cpp's `--reasoning off` and `--reasoning-budget N` against what the template can do."""
-    if serving.kind != "llamacpp":
+    """llama.cpp's `--reasoning off` and `--reasoning-budget N` against what the template can do
+    (the engine's `ReasoningControls` name the flags)."""
+    served = serving_engine(serving.kind)
+    controls = served.reasoning_controls if served is not None else None
+    if controls is None:
         return
-    switch = _option(serving, "-rea", "--reasoning")
+    switch = _option(serving, *controls.switch)
     if switch is not None and str(switch.value).strip().lower() in ("off", "false", "0", "no") \
             and reasoning.is_reasoning and reasoning.default_on is not False:
         off = dict(reasoning.disable_with.extra) if reasoning.disable_with is not None else {}
@@ -203,7 +211,7 @@ def _llamacpp_reasoning(serving, reasoning, self: Rule):
                                f"model still writes its {reasoning.open or 'thought'}…{reasoning.close}",
                                "use --reasoning-budget 0 (it forces the close at once), or a template whose "
                                "enable_thinking=false writes a closed thought", serving.location(switch.key))
-    budget = _option(serving, "--reasoning-budget")
+    budget = _option(serving, controls.budget)
     try:
         tokens = int(str(budget.value)) if budget is not None else -1
     except ValueError:
@@ -214,7 +222,7 @@ def _llamacpp_reasoning(serving, reasoning, self: Rule):
         yield self.finding(f"--reasoning-budget {tokens} on a model whose template shows no thought: it has no effect",
                            "drop --reasoning-budget, or check that this is the model you meant",
                            serving.location(budget.key), Severity.INFO)
-    elif "--no-jinja" in serving.options:
+    elif controls.legacy_template in serving.options:
         yield self.finding(f"--reasoning-budget {tokens} with --no-jinja: the legacy template route knows no thought tags, "
                            "so llama.cpp never applies the budget and the thought runs unbounded",
                            "drop --no-jinja (the budget needs the Jinja template's parser)", serving.location(budget.key))
@@ -302,11 +310,17 @@ def stop_inside_thought(subject: ServingInput, self: Rule):
                                Severity.ERROR)
 
 
-# Where a serving file sets presence penalty and temperature, per kind (vLLM takes neither from the
-# server: its generation-config keys are the five of runtimes/sampling.py, so only requests set them).
-_SERVED_KEYS = {"request": {"presence_penalty": ("presence_penalty",), "temperature": ("temperature",)},
-                "ollama": {"presence_penalty": ("PARAMETER presence_penalty",), "temperature": ("PARAMETER temperature",)},
-                "llamacpp": {"presence_penalty": ("--presence-penalty",), "temperature": ("--temp",)}}
+# Where a serving file sets presence penalty and temperature: a request's own keys, else the
+# engine's serving-file options (`Engine.served_sampling_keys`; vLLM takes neither from the server:
+# its generation-config keys are the five of runtimes/sampling.py, so only requests set them).
+_REQUEST_KEYS: dict[str, tuple[str, ...]] = {"presence_penalty": ("presence_penalty",), "temperature": ("temperature",)}
+
+
+def _served_keys(kind: str) -> dict[str, tuple[str, ...]] | None:
+    if kind == REQUEST:
+        return _REQUEST_KEYS
+    served = serving_engine(kind)
+    return dict(served.served_sampling_keys) if served is not None and served.served_sampling_keys else None
 
 
 def _served_number(serving, names: tuple[str, ...]):
@@ -345,7 +359,7 @@ def reasoning_sampling_against_card(subject: ServingInput, self: Rule):
     """
     analysis, serving = subject.analysis, subject.serving
     reasoning = analysis.reasoning
-    keys = _SERVED_KEYS.get(serving.kind)
+    keys = _served_keys(serving.kind)
     if keys is None or not reasoning.is_reasoning or reasoning.default_on is False:
         return
     card = card_sampling(analysis.facts)

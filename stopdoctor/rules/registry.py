@@ -15,12 +15,14 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
 
-RuleFunction = Callable[[object, "Rule"], Iterable[Finding]]
+# Any, not object: each rule takes the one input kind it declares (`input`), which the runner matches
+RuleFunction = Callable[[Any, "Rule"], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ def rule(code: str, name: str, severity: Severity, input: type = Analysis) -> Ca
         assert CODE.match(code) and NAME.match(name), (code, name)
         assert code not in REGISTRY and all(c.name != name for c in REGISTRY.values()), code
         doc = inspect.cleandoc(function.__doc__ or "")
-        summary, _, rest = doc.partition("\n")
-        REGISTRY[code] = Rule(code, name, severity, summary.strip(), rest.strip(), function, input)
+        # The summary is the whole first paragraph, however it wraps (SD273's runs over two lines).
+        summary, _, rest = doc.partition("\n\n")
+        REGISTRY[code] = Rule(code, name, severity, " ".join(summary.split()), rest.strip(), function, input)
         return function
 
     return register

@@ -18,30 +18,13 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
+from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.advice import serving_stop_lines
+from stopdoctor.runtimes.engine_stops import LLAMA_CPP_SET
+from stopdoctor.runtimes.engines import serving_engine
 from stopdoctor.runtimes.serving import served_stops
 from stopdoctor.rules.registry import Rule, rule
 
-# llama.cpp built-in templates (src/llama-chat.cpp, llm_chat_apply_template): what each writes
-# after an assistant message.
-LLAMACPP_TEMPLATE_END = {
-    "chatml": "<|im_end|>",
-    "phi4": "<|im_end|>",
-    "phi3": "<|end|>",
-    "gemma": "<end_of_turn>",
-    "zephyr": "<|endoftext|>",
-    "llama3": "<|eot_id|>",
-    "llama2": "</s>",
-    "llama2-sys": "</s>",
-    "llama2-sys-bos": "</s>",
-    "llama2-sys-strip": "</s>",
-    "mistral-v1": "</s>",
-    "mistral-v3": "</s>",
-    "mistral-v3-tekken": "</s>",
-    "mistral-v7": "</s>",
-    "mistral-v7-tekken": "</s>",
-    "monarch": "</s>",
-}
 # vLLM applies only these keys of --override-generation-config (ModelConfig.get_diff_sampling_param).
 VLLM_OVERRIDE_APPLIED = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 VLLM_OVERRIDE_STOP_KEYS = ("eos_token_id", "stop", "stop_token_ids", "stop_strings")
@@ -54,7 +37,8 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
     """(text, id when one special token, where it comes from) of the end-of-turn in use: the
     serving file's own Jinja template when it has one, else the model's."""
     facts = analysis.facts
-    if serving.template is not None and serving.kind in ("vllm", "llamacpp"):
+    engine = serving_engine(serving.kind)
+    if serving.template is not None and engine is not None and engine.serves_jinja_template:
         from stopdoctor.template.turns import find_end_of_turn
 
         try:
@@ -68,7 +52,8 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
             out.append((marker.text, token_id if special else None, serving.template.key))
         return out
     if serving.template_name is not None:
-        text = LLAMACPP_TEMPLATE_END.get(str(serving.template_name.value))
+        builtin = engine.builtin_template_ends if engine is not None else {}
+        text = builtin.get(str(serving.template_name.value))
         if text is None:
             return []
         token_id = facts.vocab.id_of(text)
@@ -141,12 +126,14 @@ def _ignores_eos(serving: ServingConfig) -> bool:
 
 
 def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Miss]:
-    if serving.kind == "request":
+    engine = serving_engine(serving.kind)
+    if serving.kind == REQUEST:
         return []
     stops = served_stops(analysis.facts, serving, analysis.stops)
-    if not stops.known:
+    if not stops.complete:
         return []
-    llama_eog = set(analysis.runtime("llama.cpp").ids) if serving.kind == "ollama" else set()
+    runner_eog = engine is not None and engine.runner_stops_on_eog
+    llama_eog = set(analysis.runtime(LLAMA_CPP_SET).ids) if runner_eog else set()
     markers = [(text, token_id, origin) for text, token_id, origin in _end_markers(analysis, serving)
                if text.strip() and (token_id is None or analysis.stop_hazard(token_id) is None)]
 
@@ -161,11 +148,12 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
     misses = []
     plain: list[tuple[str, int | None, str]] = []
     for text, token_id, origin in markers:
-        if serving.kind == "ollama" and token_id is not None and token_id in llama_eog:
+        if runner_eog and engine is not None and engine.stop_fix is not None and token_id is not None and token_id in llama_eog:
+            fix, key = engine.stop_fix(serving_stop_lines(serving.kind, [(text, token_id)]), serving, True)
             misses.append(_Miss(
                 f"{text} (id {token_id}) is no PARAMETER stop and not the GGUF eos: Ollama's llama.cpp runner stops "
                 f"on it (end-of-generation list), its own engine does not",
-                f'add PARAMETER stop "{text}"', "PARAMETER stop", Severity.WARNING,
+                fix, key, Severity.WARNING,
                 dict(end_of_turn=text, id=token_id, stops=sorted(stops.ids))))
             continue
         plain.append((text, token_id, origin))
@@ -177,14 +165,8 @@ def _missed_end_of_turn(analysis: Analysis, serving: ServingConfig) -> list[_Mis
     gguf = next(iter(analysis.facts.source.files), None) if analysis.facts.is_gguf else None
     # the advice inspect and fix give too
     line = serving_stop_lines(serving.kind, [(text, token_id) for text, token_id, _ in plain], gguf)
-    if serving.kind == "ollama":
-        fix, key = f"add {line}", "PARAMETER stop"
-    elif serving.kind == "llamacpp":
-        fix, key = ((f"add {line}", "--override-kv") if all(token_id is not None for _, token_id, _ in plain)
-                    else (f"add {line} (or fix the template)", "-r"))
-    elif serving.kind == "vllm":
-        fix = line
-        key = serving.generation_config.key if serving.generation_config else "--generation-config"
+    if engine is not None and engine.stop_fix is not None:  # the engine's own key to set
+        fix, key = engine.stop_fix(line, serving, all(token_id is not None for _, token_id, _ in plain))
     else:
         fix, key = line, "--model"
     text, token_id, origin = plain[0]
@@ -227,13 +209,14 @@ def serving_template_mismatch(subject: ServingInput, self: Rule):
     Ollama renders TEMPLATE as a Go text/template: the markers are literal text in it.
     """
     analysis, serving = subject.analysis, subject.serving
-    if serving.kind == "request":
+    if serving.kind == REQUEST:
         return
     model_ends = {m.text for m in analysis.end_of_turn}
     if not model_ends:
         return
     vocab = analysis.facts.vocab
-    if serving.kind == "ollama":
+    engine = serving_engine(serving.kind)
+    if engine is not None and engine.template_language == "go":
         if serving.template is None:
             return
         go = serving.template.value
@@ -270,13 +253,15 @@ def serving_template_mismatch(subject: ServingInput, self: Rule):
 def _template_mismatch(analysis: Analysis, serving: ServingConfig) -> tuple[str, str, str, dict] | None:
     """(message, fix, key, evidence) when a vLLM or llama.cpp config serves a template whose turns
     end otherwise than the model's own (SD402), else None."""
-    if serving.kind in ("request", "ollama") or (serving.template is None and serving.template_name is None):
+    engine = serving_engine(serving.kind)
+    if serving.kind == REQUEST or (engine is not None and engine.template_language != "jinja") \
+            or (serving.template is None and serving.template_name is None):
         return None
     model_ends = {m.text for m in analysis.end_of_turn}
     if not model_ends:
         return None
     ends = _end_markers(analysis, serving)
-    key = (serving.template or serving.template_name).key
+    key = (serving.template or serving.template_name).key  # type: ignore[union-attr]  # one is set: checked above
     if not ends:
         if serving.template is not None:
             return (f"the template given by {key} never closes an assistant turn", "use the model's own chat template",
@@ -323,7 +308,8 @@ def stop_string_unreliable(subject: ServingInput, self: Rule):
     """
     analysis, serving = subject.analysis, subject.serving
     vocab = analysis.facts.vocab
-    if serving.kind in ("request", "vllm"):
+    engine = serving_engine(serving.kind)
+    if serving.kind == REQUEST or (engine is not None and engine.stop_strings_on_visible_text):
         for setting in serving.stop:
             token_id = vocab.id_of(setting.value)
             if token_id is not None and vocab.is_special(token_id) and inside_turn(analysis, setting.value) is None:
@@ -515,7 +501,7 @@ def serving_override_ignored(subject: ServingInput, self: Rule):
     `try_get_generation_config`, which never sees the override.
     """
     serving = subject.serving
-    if serving.kind != "vllm" or serving.override_generation_config is None:
+    if serving.override_generation_config is None:  # vLLM's --override-generation-config, its parser's alone
         return
     ignored = [k for k in serving.override_generation_config.value if k in VLLM_OVERRIDE_STOP_KEYS]
     if ignored:

@@ -8,6 +8,7 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.advice import gguf_eos_advice
+from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import hf_runtimes
 from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, llama_cpp_control_by_text, tokenizer_eos
 from stopdoctor.rules.registry import Rule, rule
@@ -59,12 +60,12 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Rule):
     # transformers with no stop id at all is SD106's finding (it names the cause precisely)
     # the core runtimes; another engine's miss is reported where it is served (check --serving)
     missing = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and s.complete and analysis.misses_end_of_turn(s.ids)
-               and not (s.runtime == "transformers" and not s.ids and not analysis.facts.is_gguf)]
+               and not (registered(s.runtime).generation_config_only and not s.ids and not analysis.facts.is_gguf)]
     if analysis.facts.is_gguf and set(required) & _listed_gguf_end_ids(analysis):
         # the GGUF lists its end ids in tokenizer.ggml.eos_token_ids (Unsloth's Gemma 4: eos 1 plus
         # [1, 106, 50]): Ollama stops on that list, llama.cpp on its own end-of-generation set; only
         # an HF loader of the GGUF reads the single eos, and the file is not what to change for it
-        missing = [runtime for runtime in missing if runtime == "llama.cpp"]
+        missing = [runtime for runtime in missing if registered(runtime).gguf_native]
     if not missing:
         return
     stopping = [s.runtime for s in analysis.stops if s.runtime in RUNTIMES and set(required) & set(s.ids)]
@@ -73,7 +74,7 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Rule):
     named = " / ".join(f"{m.text} (id {m.stop_id})" for m in markers)
     current = sorted({d.id for d in generation_eos(analysis.facts) if d.id is not None})
     wanted = analysis.suggested_stop_ids(current)
-    verb = "ends assistant turns with" if analysis.turns.style != "next-header" else "ends assistant turns where the next turn opens with"
+    verb = "ends assistant turns with" if analysis.turns is None or analysis.turns.style != "next-header" else "ends assistant turns where the next turn opens with"
     message = f"the template {verb} {named}, but {', '.join(missing)} will not stop on it"
     if stopping:
         message += f" ({', '.join(stopping)} will)"
@@ -151,7 +152,7 @@ def stop_ids_disagree(analysis: Analysis, self: Rule):
     """
     # transformers with no stop id at all is no-stop-id's finding
     sets = {s.runtime: s.ids for s in analysis.stops if s.runtime in HF_RUNTIMES and s.complete
-            and (s.ids or s.runtime != "transformers")}
+            and (s.ids or not registered(s.runtime).generation_config_only)}
     if len({tuple(v) for v in sets.values()}) <= 1 or analysis.facts.is_gguf:
         return
     union = sorted({i for ids in sets.values() for i in ids})

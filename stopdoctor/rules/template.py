@@ -41,14 +41,14 @@ def template_token_not_special(analysis: Analysis, self: Rule):
             continue
         if marker.text in (facts.token_text("eos"),):
             continue
-        others = sorted({m for m in MARKER.findall(template.source) if facts.vocab.id_of(m) is None
-                         or not facts.vocab.is_special(facts.vocab.id_of(m))} - {marker.text})
+        others = sorted({m for m in MARKER.findall(template.source if template else "") if (i := facts.vocab.id_of(m)) is None
+                         or not facts.vocab.is_special(i)} - {marker.text})
         message = (f"the template ends turns with {marker.text!r}, which this tokenizer encodes as "
                    f"{len(marker.ids)} ordinary tokens {list(marker.ids)}")
         if others:
             message += f"; other markers it writes that are not special tokens: {', '.join(others[:6])}"
         yield self.finding(message, "use the chat template made for this tokenizer (or add the marker as a special token and fine-tune on it)",
-                           template.location, end_of_turn=marker.text, ids=list(marker.ids), other_markers=others)
+                           template.location if template else None, end_of_turn=marker.text, ids=list(marker.ids), other_markers=others)
 
 
 @rule("SD202", "template-never-closes-turn", Severity.ERROR)
@@ -142,7 +142,7 @@ def double_bos(analysis: Analysis, self: Rule):
         yield self.finding(
             f"the template writes {bos} and the tokenizer adds {bos} too ({facts.add_bos.location})",
             "encode the rendered prompt with add_special_tokens=False, or set add_bos_token false",
-            facts.template.location, bos=bos, add_bos=str(facts.add_bos.location))
+            facts.template.location if facts.template else None, bos=bos, add_bos=str(facts.add_bos.location))
 
 
 @rule("SD205", "template-ignores-generation-prompt", Severity.WARNING)

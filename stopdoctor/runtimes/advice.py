@@ -11,10 +11,15 @@
   `--override-kv tokenizer.ggml.eos_token_id=int:ID` (or `-r TEXT` for a marker that is no single
   token); SGLang and MLX read the model's generation_config.json `eos_token_id`.
 
-Imports: nothing from stopdoctor.
+Imports: facts.serving_config (the request kind), runtimes.engines (the registry: each engine's own advice).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stopdoctor.facts.serving_config import REQUEST
+from stopdoctor.runtimes.engines import serving_engine
 
 GGUF_EOS_KEY = "tokenizer.ggml.eos_token_id"
 
@@ -29,29 +34,6 @@ def llamacpp_override(token_id: int) -> str:
     return f"--override-kv {GGUF_EOS_KEY}=int:{token_id}"
 
 
-def serving_stop_line(kind: str, text: str, token_id: int | None, gguf: str | None = None) -> str:
-    """The exact line (flag, PARAMETER, JSON member) that makes a server of `kind` stop on the
-    end-of-turn `text` (id `token_id` when it is one special token); `gguf`: the model's GGUF file
-    name when it is one (its eos is then what to set)."""
-    if kind == "ollama":
-        return f'PARAMETER stop "{text}"'
-    if kind == "llamacpp":
-        return llamacpp_override(token_id) if token_id is not None else f"-r {text!r}"
-    if kind == "request":
-        return f'"stop_token_ids": [{token_id}]' if token_id is not None else f'"stop": [{text!r}]'
-    if token_id is None:
-        return "use a template whose end-of-turn is a special token"
-    if kind == "vllm":
-        return (f"add {token_id} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write) "
-                f"and serve with --generation-config auto (per request: \"stop_token_ids\": [{token_id}])")
-    if kind == "llama-cpp-python" or gguf is not None:  # the GGUF's eos is what every engine reads
-        return gguf_eos_advice(gguf or "MODEL.gguf", token_id)
-    line = f"add {token_id} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
-    if kind == "sglang":  # SamplingParams.stop_token_ids
-        line += f"; per request: \"stop_token_ids\": [{token_id}]"
-    return line
-
-
 # llama.cpp reads each of these keys as one id and ends generation on all of them
 # (`llama_vocab::impl::load`, the "sanity checks" after its end-of-generation list): a template
 # ended by several next-turn headers (GLM: <|user|>, <|observation|>) gets one key per header, as
@@ -59,29 +41,47 @@ def serving_stop_line(kind: str, text: str, token_id: int | None, gguf: str | No
 GGUF_END_KEYS = ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", GGUF_EOS_KEY)
 
 
-def serving_stop_lines(kind: str, markers: list[tuple[str, int | None]], gguf: str | None = None) -> str:
-    """What makes a server of `kind` stop on every one of `markers` (text, id when one special
-    token): `serving_stop_line` for one marker; for several, one line that sets each key once."""
+def llama_cpp_stop_lines(markers: Sequence[tuple[str, int | None]]) -> str:
+    """llama.cpp's flags for end-of-turn markers: each id as one eos/eot/eom key (never two values
+    for one key), the rest as `-r` strings."""
     if len(markers) == 1:
-        return serving_stop_line(kind, markers[0][0], markers[0][1], gguf)
+        text, token_id = markers[0]
+        return llamacpp_override(token_id) if token_id is not None else f"-r {text!r}"
+    ids = [token_id for _, token_id in markers if token_id is not None]
+    keyed = list(zip(GGUF_END_KEYS, ids))
+    rest = [text for text, token_id in markers if token_id not in {i for _, i in keyed}]
+    return " ".join([f"--override-kv {key}=int:{token_id}" for key, token_id in keyed] + [f"-r {t!r}" for t in rest])
+
+
+def serving_stop_line(kind: str, text: str, token_id: int | None, gguf: str | None = None) -> str:
+    """The exact line (flag, PARAMETER, JSON member) that makes a server of `kind` stop on the
+    end-of-turn `text` (id `token_id` when it is one special token); `gguf`: the model's GGUF file
+    name when it is one (its eos is then what to set)."""
+    return serving_stop_lines(kind, [(text, token_id)], gguf)
+
+
+def serving_stop_lines(kind: str, markers: Sequence[tuple[str, int | None]], gguf: str | None = None) -> str:
+    """What makes a server of `kind` (a serving kind, or "request") stop on every one of `markers`
+    (text, id when one special token): the engine's own advice (`Engine.stop_advice`, in its module
+    in `runtimes/engines/`), else the model's generation_config.json, which the HF-folder engines read."""
     ids = [token_id for _, token_id in markers if token_id is not None]
     texts = [text for text, _ in markers]
-    if kind == "ollama":
-        return " and ".join(f'PARAMETER stop "{text}"' for text in texts)
-    if kind == "llamacpp":
-        keyed = list(zip(GGUF_END_KEYS, ids))
-        rest = [text for text, token_id in markers if token_id not in {i for _, i in keyed}]
-        return " ".join([f"--override-kv {key}=int:{token_id}" for key, token_id in keyed] + [f"-r {t!r}" for t in rest])
     all_ids = len(ids) == len(markers)
-    if kind == "request":
+    if kind == REQUEST:
+        if len(markers) == 1:
+            return f'"stop_token_ids": [{ids[0]}]' if all_ids else f'"stop": [{texts[0]!r}]'
         return f'"stop_token_ids": {ids}' if all_ids else f'"stop": {texts}'
+    found = serving_engine(kind)
+    advice = found.stop_advice(markers, gguf) if found is not None and found.stop_advice is not None else None
+    if advice is not None:
+        return advice
     if not all_ids:
         return "use a template whose end-of-turn is a special token"
-    line = f"add {' and '.join(map(str, ids))} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
-    if kind == "vllm":
-        return line + f" and serve with --generation-config auto (per request: \"stop_token_ids\": {ids})"
-    if kind == "llama-cpp-python" or gguf is not None:
-        return "serve it with llama.cpp " + serving_stop_lines("llamacpp", markers)
-    if kind == "sglang":
+    if gguf is not None:  # the GGUF's eos is what every engine reads
+        return (gguf_eos_advice(gguf, ids[0]) if len(markers) == 1
+                else "serve it with llama.cpp " + llama_cpp_stop_lines(markers))
+    shown = ids[0] if len(ids) == 1 else " and ".join(map(str, ids))
+    line = f"add {shown} to the model's generation_config.json eos_token_id (stopdoctor fix MODEL --write)"
+    if found is not None and found.request_stop_ids:
         line += f"; per request: \"stop_token_ids\": {ids}"
     return line

@@ -12,7 +12,7 @@ from stopdoctor.runtimes.engines.engine import HiddenDefault
 
 DEFAULTS: tuple[HiddenDefault, ...] = tuple(d for e in engines() for d in e.defaults)
 # Ollama's context by the machine's VRAM (runtimes/engines/ollama.py cites server/routes.go).
-OLLAMA_CONTEXT = tuple(d for d in engine("ollama").defaults if d.what == "context")
+OLLAMA_CONTEXT = tuple(d for d in engine("ollama").defaults if d.what == "context")  # type: ignore[union-attr]  # a registered engine
 
 # A request body with "prompt" and no "messages" goes to a completions endpoint: these runtimes
 # give it 16 new tokens when it names no budget.

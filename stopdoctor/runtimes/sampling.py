@@ -42,18 +42,19 @@ from dataclasses import dataclass
 
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import GGUF_SAMPLING_KEYS, ModelFacts
-from stopdoctor.facts.serving_config import ServingConfig
-from stopdoctor.runtimes.engines import engines
+from stopdoctor.facts.serving_config import REQUEST, ServingConfig
+from stopdoctor.runtimes.engines import engines, serving_engine
 
 KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
 # The keys vLLM takes from generation_config.json (ModelConfig.get_diff_sampling_param).
 VLLM_GENERATION_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
 # The generation_config.json keys a GGUF can carry (facts.model_facts.GGUF_SAMPLING_KEYS).
 GGUF_KEYS = tuple(GGUF_SAMPLING_KEYS.values())
-# Ollama PARAMETER / request names that mean one of KEYS.
-OLLAMA_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty"}
-REQUEST_NAMES = {**OLLAMA_NAMES, "repetition_penalty": "repetition_penalty"}
+# Request body names that mean one of KEYS (an engine's serving-file names: `Engine.sampling_options`).
+REQUEST_NAMES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                 "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+                 "repetition_penalty": "repetition_penalty"}
+
 
 # Each engine's own sampling defaults, cited in its module (runtimes/engines/).
 RUNTIME_DEFAULTS: dict[str, tuple[dict[str, object], str]] = {
@@ -100,11 +101,23 @@ def _fill(runtime: str, found: dict[str, SampledValue]) -> tuple[SampledValue, .
     return tuple(found.get(k) or SampledValue(k, defaults[k], cited, None, True) for k in KEYS)
 
 
+def _options_engine(serving: ServingConfig | None):
+    """The engine whose serving file sets sampling options of its own (Ollama's PARAMETERs), else None."""
+    found = serving_engine(serving.kind) if serving is not None else None
+    return found if found is not None and found.sampling_options else None
+
+
+def sets_sampling(serving: ServingConfig) -> bool:
+    """A request body or a serving file whose engine takes sampling options from it."""
+    return serving.kind == REQUEST or _options_engine(serving) is not None
+
+
 def _serving_values(serving: ServingConfig) -> dict[str, SampledValue]:
-    names = OLLAMA_NAMES if serving.kind == "ollama" else REQUEST_NAMES
+    served = _options_engine(serving)
+    names = served.sampling_options if served is not None else REQUEST_NAMES
     out = {}
     for option, setting in serving.options.items():
-        name = option.removeprefix("PARAMETER ") if serving.kind == "ollama" else option
+        name = option.removeprefix("PARAMETER ") if served is not None else option
         key = names.get(name)
         if key is None or key in out:
             continue
@@ -126,9 +139,11 @@ def effective_sampling(facts: ModelFacts, serving: ServingConfig | None = None) 
     hf = not facts.is_gguf
     do_sample = facts.sampling.get("do_sample")
     sampled = bool(do_sample is not None and do_sample.value is True)
-    request = _serving_values(serving) if serving is not None and serving.kind == "request" else {}
-    modelfile = _serving_values(serving) if serving is not None and serving.kind == "ollama" else {}
-    rows = []
+    request = _serving_values(serving) if serving is not None and serving.kind == REQUEST else {}
+    served = _options_engine(serving)
+    # the serving file's own options go to its engine's row (a Modelfile: Ollama's)
+    own = {served.name: _serving_values(serving)} if served is not None and serving is not None else {}
+    rows: list[tuple[str, dict[str, SampledValue], str, bool | None]] = []
     if hf:
         found = _from_facts(facts, ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"))
         rows.append(("transformers", found, "generation_config.json, else GenerationConfig's defaults; greedy unless "
@@ -145,14 +160,14 @@ def effective_sampling(facts: ModelFacts, serving: ServingConfig | None = None) 
                      "the GGUF's general.sampling.* keys (common_init_sampler_from_model), else "
                      "common_params_sampling's defaults", None))
     rows.append(("llama-cpp-python", {}, "its own defaults: it does not read general.sampling.*", None))
-    rows.append(("ollama", modelfile, "the Modelfile's PARAMETERs, else Ollama's defaults: it does not read "
+    rows.append(("ollama", own.get("ollama", {}), "the Modelfile's PARAMETERs, else Ollama's defaults: it does not read "
                  "general.sampling.*", None))
     out = []
     for runtime, found, rule, greedy in rows:
         values = _fill(runtime, {**found, **request})
         temperature = next(v.value for v in values if v.key == "temperature")
         if greedy is None or request.get("temperature") is not None:
-            greedy = _number(temperature) and temperature <= 0
+            greedy = isinstance(temperature, (int, float)) and _number(temperature) and temperature <= 0
         out.append(RuntimeSampling(runtime, values, bool(greedy), rule + ("; the request body's keys win" if request else "")))
     return out
 

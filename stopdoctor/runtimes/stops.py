@@ -73,7 +73,7 @@ _GLM_NEXT_HEADERS = {"eot": "<|user|>", "eom": "<|observation|>"}
 CONVERTER_TURN_TEXTS: dict[str, dict[str, str]] = {
     **dict.fromkeys(("Glm4MoeForCausalLM", "Glm4vMoeForConditionalGeneration", "Glm4MoeLiteForCausalLM",
                      "GlmMoeDsaForCausalLM"), _GLM_NEXT_HEADERS),
-    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    **dict.fromkeys(("Glm4ForCausalLM", "Glm4vForConditionalGeneration", "GlmOcrForConditionalGeneration",  # noqa: RUF024 - one shared value, read only
                      "GlmForCausalLM", "ChatGLMModel", "ChatGLMForConditionalGeneration", "GlmasrModel"),
                     {"eot": "<|user|>"}),
     "SolarOpenForCausalLM": {"eot": "<|endoftext|>"},
@@ -114,6 +114,7 @@ class RuntimeStops:
     stops: tuple[StopId, ...]
     rule: str  # how this runtime chose them, in one sentence
     complete: bool = True  # False when a file this runtime reads is absent or names an unknown token
+    texts: tuple[str, ...] = ()  # stop strings (a serving file's: PARAMETER stop, -r, a request's "stop")
 
     @property
     def ids(self) -> list[int]:
@@ -122,6 +123,28 @@ class RuntimeStops:
 
 def _stop_ids(declared: list[DeclaredId]) -> list[StopId]:
     return [StopId(d.id, d.text, d.location) for d in declared if d.id is not None]
+
+
+def stop_ids(declared: list[DeclaredId]) -> list[StopId]:
+    """The declared ids that are ids (an engine module's stop set is built from these)."""
+    return _stop_ids(declared)
+
+
+def config_top_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """config.json's top-level eos_token_id (what `json.load(config.json).get("eos_token_id")` sees)."""
+    return [d for d in facts.declared_for("eos", "config.json") if "." not in (d.location.key or "")]
+
+
+def generation_file_eos(facts: ModelFacts) -> list[DeclaredId]:
+    """generation_config.json's own eos_token_id ids (none when the file is absent)."""
+    return facts.declared_for("eos", "generation_config.json")
+
+
+def generation_file_eos_value(facts: ModelFacts) -> object:
+    """generation_config.json's raw `eos_token_id` value (None when absent), for engines that test
+    its truth or its presence."""
+    document = facts.documents.get("generation_config.json")
+    return document.get("eos_token_id") if isinstance(document, dict) else None
 
 
 def generation_eos(facts: ModelFacts) -> list[DeclaredId]:
@@ -141,44 +164,33 @@ def tokenizer_eos(facts: ModelFacts) -> list[DeclaredId]:
     return []
 
 
-def effective_stops(facts: ModelFacts) -> list[RuntimeStops]:
-    if facts.is_gguf:
-        return _gguf_stops(facts)
-    generation = generation_eos(facts)
-    tokenizer = tokenizer_eos(facts)
-    generation_known = "generation_config.json" in facts.documents or "config.json" in facts.documents
-    declared_tokenizer = [d for f in ("tokenizer_config.json", "special_tokens_map.json") for d in facts.declared_for("eos", f)]
-    tokenizer_known = bool(tokenizer) or (not declared_tokenizer and "tokenizer_config.json" in facts.documents)
-    gen_file = "generation_config.json" if "generation_config.json" in facts.documents else "config.json"
-    gen_is_list = isinstance(facts.documents.get("generation_config.json", {}).get("eos_token_id"), list)
-    out = [
-        RuntimeStops("transformers", tuple(_stop_ids(generation)), f"{gen_file} eos_token_id only", generation_known),
-        RuntimeStops("vllm", tuple(dedupe(_stop_ids(tokenizer) + _stop_ids(generation))),
-                     f"tokenizer eos plus {gen_file} eos_token_id", generation_known and tokenizer_known),
-        RuntimeStops(
-            "tgi",
-            tuple(_stop_ids(generation) if gen_is_list else _stop_ids(tokenizer)),
-            "generation_config.json eos_token_id (a list)" if gen_is_list else "tokenizer eos (generation_config eos is not a list)",
-            True if gen_is_list else tokenizer_known,
-        ),
-    ]
-    converted = tokenizer or facts.declared_for("eos", "config.json")[:1]
-    out.append(RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, _stop_ids(converted))),
-                            "after convert_hf_to_gguf: tokenizer eos plus llama.cpp's end-of-generation rule",
-                            tokenizer_known or bool(converted)))
-    return out
+def generation_known(facts: ModelFacts) -> bool:
+    """A generation config can be built (generation_config.json, else config.json)."""
+    return "generation_config.json" in facts.documents or "config.json" in facts.documents
 
 
-def _gguf_stops(facts: ModelFacts) -> list[RuntimeStops]:
-    eos = _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
-    rule = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
-    return [
-        RuntimeStops("transformers", tuple(eos), rule),
-        RuntimeStops("vllm", tuple(eos), rule),
-        RuntimeStops("tgi", tuple(eos), rule),
-        RuntimeStops("llama.cpp", tuple(_llama_cpp_eog(facts, eos)),
-                     "llama.cpp end-of-generation set: GGUF eos/eot/eom ids, fim pad/repo/sep ids, tokens on its EOG text list"),
-    ]
+def generation_file(facts: ModelFacts) -> str:
+    """The file the generation config's eos comes from."""
+    return "generation_config.json" if "generation_config.json" in facts.documents else "config.json"
+
+
+def tokenizer_known(facts: ModelFacts) -> bool:
+    """The tokenizer's eos is known: declared with an id, or the tokenizer files declare none."""
+    declared = [d for f in ("tokenizer_config.json", "special_tokens_map.json") for d in facts.declared_for("eos", f)]
+    return bool(tokenizer_eos(facts)) or (not declared and "tokenizer_config.json" in facts.documents)
+
+
+def gguf_eos(facts: ModelFacts) -> list[StopId]:
+    """A GGUF's tokenizer.ggml.eos_token_id: what transformers and vLLM load as its eos."""
+    return _stop_ids([d for d in facts.declared_for("eos") if d.location.key == "tokenizer.ggml.eos_token_id"])
+
+
+GGUF_EOS_RULE = "GGUF tokenizer.ggml.eos_token_id (transformers/vLLM load it as the eos)"
+
+
+def llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
+    """The end-of-generation ids llama.cpp computes from `eos` and the vocabulary."""
+    return _llama_cpp_eog(facts, eos)
 
 
 def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
@@ -224,10 +236,10 @@ def _llama_cpp_eog(facts: ModelFacts, eos: list[StopId]) -> list[StopId]:
     def text(stop: StopId) -> str | None:
         return stop.text or vocab.text_of(stop.id)
 
-    texts = {text(s) for s in eog}
-    if {"<|return|>", "<|call|>"} <= texts or {"<|calls|>", "<|flush|>"} <= texts:
+    eog_texts = {text(s) for s in eog}
+    if {"<|return|>", "<|call|>"} <= eog_texts or {"<|calls|>", "<|flush|>"} <= eog_texts:
         eog = [s for s in eog if text(s) != "<|end|>"]
-    if texts & {"<|tool_response>", "<|plamo:eos|>"}:
+    if eog_texts & {"<|tool_response>", "<|plamo:eos|>"}:
         eog = [s for s in eog if text(s) != "</s>"]
     return eog
 

@@ -46,7 +46,7 @@ class TemplateRaised(jinja2.exceptions.TemplateError):
     template's message verbatim as its only argument."""
 
 
-def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002 - jinja's names
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # jinja's names
     """jinja's `lipsum`, refused before it runs when it could write more than the output limit
     (it is one Python call, which the time limit cannot interrupt)."""
     budget = current_budget()
@@ -84,7 +84,7 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
     return "".join(chunks)
 
 
-def _strftime_now(format: str) -> str:  # noqa: A002 - the template calls it positionally
+def _strftime_now(format: str) -> str:  # `format`: the template calls it positionally
     check_strftime(format, current_budget())
     return datetime.now().strftime(format)
 
@@ -141,7 +141,7 @@ class _TemplateDict:
 class _TemplateNamespace(jinja2.utils.Namespace):
     """transformers' `TemplateNamespace`: no underscore-prefixed attributes."""
 
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - same trick as jinja's Namespace
+    def __init__(*args: Any, **kwargs: Any) -> None:  # no `self`: same trick as jinja's Namespace
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
@@ -192,7 +192,7 @@ class _GenerationExtension(jinja2.ext.Extension):
     """`{% generation %}...{% endgeneration %}`: renders its body unchanged, as transformers'
     AssistantTracker does; records the body's character span when a render asks for it."""
 
-    tags = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja's Extension declares it so; never mutated
 
     def parse(self, parser: Any) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
@@ -235,7 +235,7 @@ class _Instrument(NodeTransformer):
 
     def visit_For(self, node: jinja2.nodes.For) -> jinja2.nodes.Node:
         self.generic_visit(node)
-        node.iter = self.ext.call_method("_guard_iter", [node.iter], lineno=node.iter.lineno)
+        node.iter = self.ext.call_method("_guard_iter", [node.iter], lineno=node.iter.lineno)  # type: ignore[list-item]  # an Expr, typed Node
         return node
 
     def visit_Concat(self, node: jinja2.nodes.Concat) -> jinja2.nodes.Node:
@@ -351,7 +351,7 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _TemplateDict()
         self.globals["namespace"] = _TemplateNamespace
-        self._limits_ext = self.extensions[_LimitsExtension.identifier]
+        self._limits_ext: _LimitsExtension = self.extensions[_LimitsExtension.identifier]  # type: ignore[assignment]  # registered above
 
     def wrap_str_format(self, value: Any) -> Any:
         """jinja's wrapper of `str.format`/`format_map` (reached on attribute access), with the
@@ -399,7 +399,7 @@ class _SandboxEnvironment(ImmutableSandboxedEnvironment):
         predict_binop(operator, left, right, budget)
         return budget.produced(super().call_binop(context, operator, left, right))
 
-    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         budget = current_budget()
         budget.tick()
         target = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format

@@ -17,20 +17,20 @@ expandtabs, tojson(indent), str() of a container) are sized here *before* they a
 - `render_deadline`: one allowance of render CPU time shared by every render inside it (a command
   renders a template many times; `RenderLimits.max_total_seconds`).
 
-Imports: the standard library, jinja2 (to size its Namespace), `stopdoctor.core.errors`.
+Imports: the standard library, `stopdoctor.core.errors`; never jinja2 itself (every command enters
+`render_deadline`, most never render: jinja2's Namespace is sized only once a render imported it).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-
-import jinja2.utils
 
 from stopdoctor.core.errors import TemplateError
 
@@ -240,6 +240,8 @@ def _text_size(value: Any, limit: int) -> int:
     so the walk visits at most `limit` items."""
     total = 0
     stack = [value]
+    # a Namespace exists only once a render has imported jinja2
+    namespace = getattr(sys.modules.get("jinja2.utils"), "Namespace", None)
     while stack and total <= limit:
         item = stack.pop()
         if isinstance(item, str):
@@ -251,7 +253,7 @@ def _text_size(value: Any, limit: int) -> int:
             total += 2 + 4 * len(item)
             stack.extend(item.keys())
             stack.extend(item.values())
-        elif isinstance(item, jinja2.utils.Namespace):
+        elif namespace is not None and isinstance(item, namespace):
             total += 12
             stack.append(object.__getattribute__(item, "_Namespace__attrs"))
         elif isinstance(item, bool) or item is None:

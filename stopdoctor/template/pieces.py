@@ -25,6 +25,7 @@ def split_pieces(text: str, known: list[str]) -> list[str]:
                 break
         else:
             match = PIECE_RE.match(text, i)
+            assert match is not None  # its last branch, `.` with re.S, matches any character
             # Stop plain-text runs at the start of a known special token.
             piece = match.group(0)
             for special in known:

@@ -351,24 +351,24 @@ def _think_tags(probe: _Probe, source: str, known: list[str]) -> ReasoningStruct
         if not speaks and not thought and not stripped_history:
             continue  # a pair of header-like tags (`<|start_of_role|>`): nothing says it frames a thought
         opened = speaks and "open" in shown
-        if not thought and not stripped_history and not ("empty" in shown or "closed" in shown and "open" in shown) \
+        if not thought and not stripped_history and not ("empty" in shown or ("closed" in shown and "open" in shown)) \
                 and not mention and not told and not opened:
             continue  # the pair is never shown around a thought: not a thought's tags
         base = state[Variant()]
         # A switch for thinking that opens the thought, or that drops the default's empty thought while
         # writing a thought marker elsewhere (Gemma 4's `<|think|>` in the system turn).
         opens = [v for v, st in state.items() if v != Variant() and _turns_on(v)
-                 and (st == "open" or st == "plain" and base != "plain" and _adds_thought_marker(prompts[v][1], default[1], known, source))]
+                 and (st == "open" or (st == "plain" and base != "plain" and _adds_thought_marker(prompts[v][1], default[1], known, source)))]
         # A switch against thinking that closes the thought, or leaves plain a prompt that opens it by default
         # (Ring-lite's `detailed thinking off`); values other than true/false first (`thinking_budget=0`).
         closes = sorted((v for v, st in state.items() if v != Variant() and not _turns_on(v)
-                         and (st in ("closed", "empty") or base == "open" and st == "plain")),
+                         and (st in ("closed", "empty") or (base == "open" and st == "plain"))),
                         key=lambda v: (v.system_flag is not None, bool(v.extra) and isinstance(v.extra[0][1], bool)))
         if base in ("closed", "empty") and not opens and not mention and not told:
             continue  # the thought is always written empty: the model never thinks (Qwen3Guard, Command R7B)
         # Plain by default: on unless the only switch seen opens the thought (Bielik, Motif 2) or only
         # names it (Hermes 4 swaps in a system prompt that asks for the tags).
-        default_on = base == "open" or base == "plain" and (bool(closes) or told or not (opens or mention))
+        default_on = base == "open" or (base == "plain" and (bool(closes) or told or not (opens or mention)))
         off = closes[0] if default_on and closes else None
         on = None if default_on else (opens[0] if opens else mention[0] if mention else None)
         evidence = [f"with {v.describe()} the generation prompt ends {p[0][-60:]!r}" for v, p in prompts.items()
@@ -471,6 +471,7 @@ def _shown_elsewhere(probe: _Probe, source: str, known: list[str],
             if off is None and on is None:
                 continue
             where = off or on
+            assert where is not None  # one of them, by the `continue` above
             return ReasoningStructure(
                 "think-tags", open_tag, close, prefilled=False, default_on=off is not None,
                 can_disable=off.describe() if off is not None else None, enable=on.describe() if on is not None else None,

@@ -10,9 +10,10 @@
 The environment is `template.environment` (transformers' globals and filters, metered); the
 limits are `template.limits` (`RenderLimits`, `render_deadline`).
 
-Imports: jinja2 and the standard library, `stopdoctor.core.errors`, `stopdoctor.template.limits`
-and `stopdoctor.template.environment`. Never transformers or torch: this is on the static
-`inspect` / `render` / `probe-stop` path.
+Imports: the standard library, `stopdoctor.core.errors`, `stopdoctor.template.limits`; jinja2 and
+`stopdoctor.template.environment` when a template is first compiled (a model without a chat
+template never pays for jinja2). Never transformers or torch: this is on the static `inspect` /
+`render` / `probe-stop` path.
 """
 
 from __future__ import annotations
@@ -21,13 +22,9 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import jinja2
-import jinja2.exceptions
+from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import InputError, TemplateError
-from stopdoctor.template.environment import GenerationRecorder, TemplateRaised, recording, sandbox_environment
 from stopdoctor.template.limits import (
     LimitExceeded,
     RenderLimits,
@@ -36,6 +33,9 @@ from stopdoctor.template.limits import (
     metering,
     render_budget,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import jinja2
 
 __all__ = [
     "ChatRenderer",
@@ -60,6 +60,8 @@ _TEMPLATE_FILENAME = "<template>"
 
 
 def _template_line(exc: BaseException) -> int | None:
+    import jinja2.exceptions
+
     lineno = getattr(exc, "lineno", None)
     if isinstance(exc, jinja2.exceptions.TemplateSyntaxError) and lineno:
         return lineno
@@ -72,7 +74,7 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
 
 
@@ -84,6 +86,10 @@ _UNKNOWN_NAME = re.compile(r"No (filter|test) named '([^']{1,60})'")
 
 
 def _convert(exc: BaseException) -> TemplateError:
+    import jinja2.exceptions
+
+    from stopdoctor.template.environment import TemplateRaised
+
     line = _template_line(exc)
     if isinstance(exc, TemplateRaised):
         message = exc.args[0] if exc.args else ""
@@ -94,7 +100,7 @@ def _convert(exc: BaseException) -> TemplateError:
             line,
         )
     unknown = (_UNKNOWN_NAME.match(str(getattr(exc, "message", "") or ""))
-               if isinstance(exc, jinja2.TemplateAssertionError | jinja2.TemplateRuntimeError) else None)
+               if isinstance(exc, jinja2.exceptions.TemplateAssertionError | jinja2.exceptions.TemplateRuntimeError) else None)
     if unknown is not None:  # valid Jinja, but a filter or test this Jinja (and transformers') lacks
         return TemplateError(
             _with_line(f"chat template uses a {unknown.group(1)} transformers' Jinja lacks: {unknown.group(2)}", line),
@@ -158,6 +164,8 @@ class CompiledTemplate:
         """Render with exactly these template variables, within `limits`. When
         `generation_spans` is a list, the (start, end) character span of every
         `{% generation %}` block is appended to it."""
+        from stopdoctor.template.environment import GenerationRecorder, recording
+
         budget = render_budget(limits)
         if budget.out_of_time():  # the shared allowance is spent already
             raise _convert(LimitExceeded(budget.overdue))
@@ -182,20 +190,22 @@ class CompiledTemplate:
                 raise _convert(exc) from exc
             except TemplateError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - anything the untrusted template does is its error
+            except Exception as exc:  # anything the untrusted template does is its error
                 raise _convert(exc) from exc
             finally:
-                generator.close()
-        if recorder is not None:
+                generator.close()  # type: ignore[attr-defined]  # jinja types generate() as an Iterator: it is a generator
+        if recorder is not None and generation_spans is not None:
             generation_spans.extend(recorder.spans)
         return "".join(chunks)
 
 
 @functools.lru_cache(maxsize=64)
 def _compile_cached(source: str) -> CompiledTemplate:
+    from stopdoctor.template.environment import sandbox_environment
+
     try:
         template = sandbox_environment().from_string(source)
-    except Exception as exc:  # noqa: BLE001 - syntax errors, nesting too deep for the parser
+    except Exception as exc:  # syntax errors, nesting too deep for the parser
         raise _convert(exc) from exc
     # A ChainMap over the environment's globals, copied into every render's context: flattened
     # once (the environment's globals never change after it is built).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import jinja2
@@ -68,9 +68,9 @@ def _read(source: str, special_tokens: Mapping[str, str] | None, known: Iterable
         return None
     # A template may name its own special tokens (`{%- set eos_token = "<seed:eos>" %}`): those win.
     # One it builds (`'<｜hy_eos{}｜>'.format(HYTK)`) is unknown here: never the caller's value.
-    assigned = [a for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name) and a.target.name.endswith("_token")]
-    own = {a.target.name: a.node.value for a in assigned if isinstance(a.node, nodes.Const) and isinstance(a.node.value, str)}
-    built = {a.target.name for a in assigned} - set(own)
+    assigned = [(a.target.name, a.node) for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name) and a.target.name.endswith("_token")]
+    own = {name: node.value for name, node in assigned if isinstance(node, nodes.Const) and isinstance(node.value, str)}
+    built = {name for name, _ in assigned} - set(own)
     special_tokens = {k: v for k, v in {**(special_tokens or {}), **own}.items() if k not in built}
     reader = _Reader(special_tokens)
     reader.body(tree.body, "any")
@@ -93,7 +93,7 @@ class _Reader:
         self.assistant: list[_Candidate] = []
         self.any: list[_Candidate] = []
 
-    def body(self, statements: list[nodes.Node], role: str, after: list[nodes.Node] = ()) -> None:
+    def body(self, statements: list[nodes.Node], role: str, after: Sequence[nodes.Node] = ()) -> None:
         """Walk `statements` in the branch `role`; `after` is what the template writes once they
         are done (the statements after the enclosing `{% if %}`), so `{{ content }}{% endif %}{{ eos_token }}` reads."""
         for i, node in enumerate(statements):
@@ -190,7 +190,7 @@ class _Reader:
         return [_OTHER]
 
 
-def _is_content(node: nodes.Node) -> bool:
+def _is_content(node: nodes.Node | None) -> bool:
     """`message['content']`, `message.content`, `ns.content`."""
     if isinstance(node, nodes.Getitem):
         return isinstance(node.arg, nodes.Const) and node.arg.value == "content"

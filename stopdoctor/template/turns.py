@@ -15,7 +15,6 @@ from stopdoctor.core.errors import TemplateError
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.pieces import between, common_prefix, common_suffix, cut_at_opener, first_special, split_pieces
 from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
-from stopdoctor.template.static_turns import read_close
 
 # --------------------------------------------------------------------------------------------
 # Learning a template's turn structure from sentinel conversations
@@ -146,7 +145,7 @@ def _user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-def _assistant(text: str, **extra: str) -> dict:
+def _assistant(text: str, **extra: object) -> dict:
     return {"role": "assistant", "content": text, **extra}
 
 
@@ -300,7 +299,7 @@ def _markers_in(close: str, known: list[str], inner: frozenset[str], user_header
     → END_OF_TURN). Without known special tokens, the first non-whitespace run, unless that is
     the next user header ("\n\nUSER: " closes nothing: it opens the next turn)."""
     pieces = split_pieces(close, known)
-    markers = []
+    markers: list[tuple[str, str]] = []
     for i, piece in enumerate(pieces):
         if piece in known and piece.strip() and piece not in inner and all(piece != m for m, _ in markers):
             after = pieces[i + 1] if i + 1 < len(pieces) and pieces[i + 1].isspace() else ""
@@ -347,6 +346,7 @@ def _static_structure(source: str, special_tokens: Mapping[str, str] | None, kno
                       reason: str) -> TurnStructure | None:
     """The structure read from the template's syntax tree when no conversation renders: the
     close only (no headers, no openers); the answer is static, and says so."""
+    from stopdoctor.template.static_turns import read_close  # jinja2's syntax tree: only when no conversation renders
     found = read_close(source, special_tokens, known, reason, limits)
     if found is None:
         return None
@@ -379,7 +379,7 @@ def _analyze(probe: _Probe, special_tokens: Mapping[str, str] | None, known: lis
         # add_generation_prompt ignored: the header that opened the answer follows it ("…\nAssistant:")
         shared = common_prefix(close_end, close_mid, known)
         rest = close_end[len(shared):].strip()
-        if rest and (between(end, _U1, _A1) or "").rstrip().endswith(rest):
+        if rest and (between(end or "", _U1, _A1) or "").rstrip().endswith(rest):
             close_end = shared
     if close_mid:
         # A role-specific user header (Apertus <|user_start|>) is no opener: it is what the first

@@ -144,7 +144,7 @@ def _load_quietly(source: ModelSource, auto: Any, target: str, kwargs: dict[str,
         if bars:
             hf_logging.enable_progress_bar()
         if patched is not None:
-            patched[0].tqdm = patched[1]
+            gguf_utils.tqdm = patched[1]  # put back what was patched above
 
 
 def _tensor_progress(progress: Progress, name: str) -> Callable[..., Any]:

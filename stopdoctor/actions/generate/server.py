@@ -146,7 +146,7 @@ def _usage(value: Any) -> dict[str, Any] | None:
         return None
 
     def number(item: Any) -> bool:
-        return isinstance(item, int) and not isinstance(item, bool) or isinstance(item, float) and item == item and abs(item) != float("inf")
+        return (isinstance(item, int) and not isinstance(item, bool)) or (isinstance(item, float) and item == item and abs(item) != float("inf"))
 
     kept: dict[str, Any] = {}
     for key, item in list(value.items())[:32]:

@@ -66,7 +66,7 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Exam
         markers = [e.text for e in analysis.end_of_turn]
     if eos_text and eos_text not in markers:
         markers.append(eos_text)
-    end_ids = {vocab.is_single_token(m) for m in markers} - {None}
+    end_ids = {i for m in markers if (i := vocab.is_single_token(m)) is not None}
     if eos_id is not None:
         end_ids.add(eos_id)
 

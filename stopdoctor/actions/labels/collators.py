@@ -112,7 +112,7 @@ def judge_in_text(p: PreparedExample, settings: LabelSettings, pad_id: int | Non
     vocab = result.facts.vocab
     spans = []
     for message, c_start, c_end, e_start, e_end in p.turns:
-        if e_start is None:
+        if e_start is None or e_end is None:  # both or neither
             spans.append(Span(message, None, None, None, False, ABSENT))
             continue
         end_id = vocab.is_single_token(p.text[e_start:e_end])
@@ -295,7 +295,7 @@ def _spans(p: PreparedExample, ids, offsets, trained, kept: int, end_ids: set[in
         return
     for message, c_start, c_end, e_start, e_end in p.turns:
         token_range = _token_range(offsets, c_start, c_end)
-        if e_start is None:
+        if e_start is None or e_end is None:  # both or neither
             yield Span(message, token_range, None, None, False, ABSENT)
             continue
         pieces = _tokens_overlapping(offsets, e_start, e_end)

@@ -88,6 +88,7 @@ def _prepare(example: Example, renderer: ChatRenderer | None, settings: LabelSet
         messages = row["prompt"] + row["completion"]
         prompt_messages = row["prompt"]
     generation: list[tuple[int, int]] = []
+    assert renderer is not None  # build.py refuses chat rows when the model has no template (_check_kinds)
     text = renderer.render(messages, tools=tools, generation_spans=generation)
     prepared = PreparedExample(example, collator, text, False, generation=generation)
     if collator == "completion-only":

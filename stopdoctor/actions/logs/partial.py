@@ -26,11 +26,12 @@ Builds text only.
 
 from __future__ import annotations
 
-from stopdoctor.actions.logs.records import REPETITION_THRESHOLD, streams_sql
+from stopdoctor.actions.logs.records import streams_sql
 from stopdoctor.actions.logs.report import HISTOGRAM_BINS
 from stopdoctor.actions.logs.sql import sql_string
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS, SIZED_MAX_TOKENS, token_bin
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 
 # Columns a counted row keeps; the others (line numbers, texts, example details) become NULL.
 # A degenerate-repetition score is kept as whether it passed the threshold; output tokens as
@@ -112,6 +113,7 @@ def bucketed_sql(relation: str, file: str, vocabulary: TurnVocabulary, examples:
     if bucket is None:
         moved = "ts"
     else:
+        assert first is not None and last is not None  # a bucket is chosen from them
         lo, hi = (f"CAST({sql_string(t)} AS TIMESTAMP)" for t in (first, last))
         moved = (f"CASE WHEN ts IS NULL THEN NULL WHEN ts = {lo} OR ts = {hi} THEN ts "
                  f"ELSE greatest(time_bucket(INTERVAL '{bucket}', ts), {lo}) END")

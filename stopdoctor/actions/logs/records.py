@@ -19,7 +19,7 @@ from stopdoctor.actions.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STRE
 from stopdoctor.actions.logs.groups import group_sql, kept
 from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary
-from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW, RUN_GRAM,
+from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_WINDOW, RUN_GRAM,
                                             RUN_MIN_CHARS, RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 
 # Problem thresholds (documented in the README and the rules' docs); the repetition ones are
@@ -510,7 +510,7 @@ def _streamed() -> str:
 def derived_sql(relation: str, vocabulary: TurnVocabulary) -> str:
     """Per answer of `relation`: the normalised finish reason and every flag a problem is counted
     from (the thresholds are the module's constants)."""
-    return f"""
+    return rf"""
 WITH normalised AS (
     SELECT *, CASE WHEN finish_hint IS NOT NULL THEN finish_hint ELSE {normalised_finish_sql('finish_raw')} END AS finish,
            {prefilter_sql(vocabulary, 'text')} AS turn_candidate

@@ -103,7 +103,7 @@ def _start_jvm(conf) -> None:
     if not os.environ.get("STOPDOCTOR_DEBUG"):  # kept for a look with the debug variable; else gone at exit
         import atexit
 
-        atexit.register(lambda: os.path.exists(log.name) and os.unlink(log.name))
+        atexit.register(lambda: os.unlink(log.name) if os.path.exists(log.name) else None)
     context = SparkContext(conf=conf, gateway=gateway)
     context.setLogLevel("ERROR")  # Spark's own warnings (a loopback hostname, plan strings cut) stay in the log
 

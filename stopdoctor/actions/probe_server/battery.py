@@ -119,7 +119,6 @@ def run_probes(url: str, transport: Transport, model: str | None, settings: Sett
         # The first request already meets a broken server (a redirect, an endless answer): no probe can run.
         raise InputError(f"{url}: cannot probe the server: {error}") from None
     expectation = expected_of(identity.engine, identity.version)
-    client = ServerClient(transport, identity.model)
     shared: dict[str, Any] = {}
     results: list[ProbeResult] = []
     broken: list[str] = []

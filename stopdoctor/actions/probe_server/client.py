@@ -135,7 +135,7 @@ class ServerClient:
         choice = choices[0]
         usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else None
         if route == "chat":
-            message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+            message = m if isinstance(m := choice.get("message"), dict) else {}
             text = message.get("content")
             field, thought = _reasoning(message)
             tool_calls = message.get("tool_calls")

@@ -14,6 +14,7 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
 from stopdoctor.facts.http_client import Reply, ServerBroken
+from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import engines
 
 # `owned_by` values engines write in /v1/models (vLLM, SGLang, llama.cpp, llama-cpp-python's "me"),
@@ -59,13 +60,16 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
     chosen = model or (ids[0] if ids else None)
     entry = next((e for e in entries if str(e.get("id")) == chosen), entries[0] if entries else {})
     owner = str(entry.get("owned_by", "")).lower()
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    meta = m if isinstance(m := entry.get("meta"), dict) else {}
     facts["context"] = _int(meta.get("n_ctx")) or _int(entry.get("max_model_len"))
     server_header = models_reply.headers.get("server", "")
     if server_header:
         seen["Server"] = server_header[:80]
-    if server_header.lower().startswith("llama.cpp") or owner == "llamacpp":
-        facts.update(engine="llama.cpp", told_by="Server header" if server_header else "/v1/models owned_by")
+    # an engine that names itself in the Server header (llama.cpp) is told first, by it or by its owned_by
+    headed = next((e for e in engines() if e.server_header is not None
+                   and (server_header.lower().startswith(e.server_header) or owner in e.owned_by)), None)
+    if headed is not None:
+        facts.update(engine=headed.name, told_by="Server header" if server_header else "/v1/models owned_by")
         _llama_props(transport, facts, seen)
     elif (reply := _get(transport, "/api/version")) is not None and isinstance(reply.data.get("version"), str):
         facts.update(engine="ollama", version=reply.data["version"], told_by="/api/version")
@@ -77,9 +81,10 @@ def identify(transport: Transport, model: str | None) -> ServerIdentity:
         seen["/info"] = {k: reply.data.get(k) for k in ("model_id", "version", "max_input_tokens", "max_total_tokens")}
     elif owner in OWNERS:
         facts.update(engine=OWNERS[owner], told_by="/v1/models owned_by")
-        if facts["engine"] in ("vllm", "sglang") and (reply := _get(transport, "/version")) is not None:
+        route = registered(facts["engine"]).version_route
+        if route is not None and (reply := _get(transport, route)) is not None:
             facts["version"] = reply.data.get("version")
-            seen["/version"] = reply.data.get("version")
+            seen[route] = reply.data.get("version")
     if isinstance(facts.get("version"), (int, float)):
         facts["version"] = str(facts["version"])
     return ServerIdentity(facts.get("engine"), facts.get("version"), facts.get("told_by"), chosen, ids,
@@ -105,7 +110,7 @@ def _llama_props(transport: Transport, facts: dict[str, Any], seen: dict[str, An
         return
     props = reply.data
     settings = props.get("default_generation_settings") if isinstance(props.get("default_generation_settings"), dict) else {}
-    params = settings.get("params") if isinstance(settings.get("params"), dict) else {}
+    params = p if isinstance(p := settings.get("params"), dict) else {}
     caps = props.get("chat_template_caps") if isinstance(props.get("chat_template_caps"), dict) else {}
     n_predict = params.get("n_predict")
     facts.update(version=props.get("build_info") if isinstance(props.get("build_info"), str) else None,

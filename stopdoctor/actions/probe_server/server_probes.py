@@ -134,7 +134,7 @@ def stream_whole(ctx: ProbeContext) -> Outcome:
     whole = short_answer(ctx)
     if (refused := refused_outcome(whole)) is not None:
         return refused
-    asked = {"stream_options": {"include_usage": True}}
+    asked: dict[str, Any] = {"stream_options": {"include_usage": True}}
     streamed = ctx.chat_stream(SHORT_QUESTION, max_tokens=64, **asked)
     emoji_whole = ctx.chat(EMOJI_QUESTION, max_tokens=16)
     emoji_stream = ctx.chat_stream(EMOJI_QUESTION, max_tokens=16, **asked)

@@ -3,7 +3,8 @@
 Each derives what it needs (a word to stop on, an answer's tail) from a greedy answer of the same
 server, so it holds for whatever the served model says.
 
-Imports: analysis.diagnose (turn finding, a stop string left in a text), actions.probe_server.probe/client.
+Imports: analysis.diagnose (turn finding, a stop string left in a text), runtimes.engines (what the
+engine found takes), actions.probe_server.probe/client.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from stopdoctor.actions.probe_server.probe import FAIL, PASS, SKIP, WARN, Outcome, ProbeContext, verdict
 from stopdoctor.actions.probe_server.client import Answer
 from stopdoctor.analysis.diagnose import find_turns, stop_string_in
+from stopdoctor.runtimes.engines import engine as registered
 
 SHORT_QUESTION = "What is 2+2?"  # short known answer: any instruct model ends its turn within a sentence
 SHORT_BUDGET = 64
@@ -137,12 +139,14 @@ def stop_string(ctx: ProbeContext) -> Outcome:
         problems.append(_judge_stop(ctx.chat(LONG_QUESTION, max_tokens=budget, stop=[stop]), stop, full, f"{stop!r} whole"))
         problems.append(_judge_stop(ctx.chat_stream(LONG_QUESTION, max_tokens=budget, stop=[stop]), stop, full,
                                     f"{stop!r} streamed"))
-    if ctx.identity.engine in ("vllm", "sglang"):  # their extension: the stop string kept on request
+    served = registered(ctx.identity.engine)
+    if served is not None and served.stop_string_kept_on_request:  # their extension: the stop string kept on request
         kept = ctx.chat(LONG_QUESTION, max_tokens=LONG_BUDGET, stop=[word], include_stop_str_in_output=True)
         if not (kept.text or "").endswith(word):
             problems.append(f"include_stop_str_in_output: the answer does not end with {word!r}")
     figures: dict[str, Any] = {"stops": stops}
-    counts = {stop: _token_count(ctx, stop) for stop in stops} if ctx.identity.engine == "llama.cpp" else {}
+    route = served.tokenize_route if served is not None else None
+    counts = {stop: _token_count(ctx, route, stop) for stop in stops} if route is not None else {}
     if counts and None not in counts.values():
         figures["stop_tokens"] = counts  # llama.cpp /tokenize: the evidence that each stop is several tokens
     failed = [p for p in problems if p and not p.startswith(DIVERGED)]
@@ -153,9 +157,10 @@ def stop_string(ctx: ProbeContext) -> Outcome:
                    "stayed out of it", figures)
 
 
-def _token_count(ctx: ProbeContext, text: str) -> int | None:
-    """How many tokens llama.cpp's `/tokenize` makes of `text` (no special tokens added)."""
-    reply = ctx.client.transport.post("/tokenize", {"content": text, "add_special": False})
+def _token_count(ctx: ProbeContext, route: str, text: str) -> int | None:
+    """How many tokens the server's tokenize route (llama.cpp's `/tokenize`) makes of `text` (no
+    special tokens added)."""
+    reply = ctx.client.transport.post(route, {"content": text, "add_special": False})
     tokens = reply.data.get("tokens") if reply.ok and isinstance(reply.data, dict) else None
     return len(tokens) if isinstance(tokens, list) else None
 
@@ -253,5 +258,5 @@ def _tool_call_cut(ctx: ProbeContext) -> list[str]:
         try:
             json.loads(arguments) if isinstance(arguments, str) else None
         except ValueError:
-            return [f"a tool call cut at max_tokens={CUT_BUDGET} mid-JSON ({arguments[:60]!r}) is reported as 'tool_calls'"]
+            return [f"a tool call cut at max_tokens={CUT_BUDGET} mid-JSON ({str(arguments)[:60]!r}) is reported as 'tool_calls'"]
     return []

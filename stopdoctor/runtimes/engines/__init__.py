@@ -3,7 +3,7 @@
 `engine_for_launcher(program)`; an engine the registry does not know is None (unknown, never
 guessed). Adding an engine is one module here and its tests.
 
-Imports: runtimes.engines.* only.
+Imports: facts.serving_engines (the command syntax and file signature types), runtimes.engines.*.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from functools import cache
 
+from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature
 from stopdoctor.runtimes.engines.engine import Engine
 
 TYPES_MODULE = "engine"  # the module of types, not an engine
@@ -37,6 +38,15 @@ def engine(name: str | None) -> Engine | None:
     return _by_spelling().get((name or "").strip().lower())
 
 
+def registered(name: str) -> Engine:
+    """The engine named `name`, which the caller knows is registered (a runtime of a stop set, an
+    engine found by the registry itself); a name that is not is a bug, not bad input."""
+    found = engine(name)
+    if found is None:
+        raise KeyError(f"no engine named {name!r} is registered")
+    return found
+
+
 def engine_for_launcher(program: str | None) -> Engine | None:
     """The engine whose server `program` (a program name or a `python -m` module) starts; None for
     any other, even one whose name contains an engine's (`vllm-mlx` is not vLLM)."""
@@ -51,3 +61,19 @@ def launcher_kinds() -> dict[str, str]:
 def hf_runtimes() -> tuple[str, ...]:
     """The core runtimes whose stop ids come from an HF folder's own files."""
     return tuple(e.name for e in engines() if e.hf_core)
+
+
+def serving_engine(kind: str | None) -> Engine | None:
+    """The engine whose `check --serving --kind` name is `kind`; None for a request body or any
+    other kind."""
+    return next((e for e in engines() if e.serving_kind is not None and e.serving_kind == kind), None)
+
+
+def commands() -> dict[str, CommandSyntax]:
+    """Serving kind → the command syntax of the engines read by the generic command parser."""
+    return {e.command.kind: e.command for e in engines() if e.command is not None}
+
+
+def file_signatures() -> list[FileSignature]:
+    """How each engine's serving files are told without --kind, in report order."""
+    return [s for e in engines() if (s := e.file_signature()) is not None]
