@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -97,15 +98,23 @@ JQ_FILTER = ('(.response.choices[0].finish_reason // .choices[0].finish_reason /
              '// .details.finish_reason // .stop_type // "none")')
 
 
-def time_jq(path: Path) -> tuple[float, str] | None:
+def _cpu(who: int = resource.RUSAGE_SELF) -> float:
+    """CPU seconds (user + system) of this process (every DuckDB thread) or of its finished children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_jq(path: Path) -> tuple[float, str, float] | None:
+    """jq's wall seconds, its counts, and the CPU seconds of jq, sort and uniq together."""
     jq = shutil.which("jq")
     if jq is None:
         return None
+    cpu = _cpu(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # -R + fromjson? so bad lines are skipped as stopdoctor does, instead of aborting jq.
     out = subprocess.run(f"{jq} -R -r 'fromjson? | {JQ_FILTER}' {path} | sort | uniq -c", shell=True,
                          capture_output=True, text=True, check=True).stdout
-    return time.perf_counter() - start, " ".join(out.split())
+    return time.perf_counter() - start, " ".join(out.split()), _cpu(resource.RUSAGE_CHILDREN) - cpu
 
 
 # The same five paths as JQ_FILTER, read in one parse a line (yyjson), counted by DuckDB: the
@@ -114,7 +123,7 @@ DUCKDB_PATHS = ["$.response.choices[0].finish_reason", "$.choices[0].finish_reas
                 "$.details.finish_reason", "$.stop_type"]
 
 
-def time_duckdb_minimal(path: Path) -> tuple[float, str]:
+def time_duckdb_minimal(path: Path) -> tuple[float, str, float]:
     """DuckDB's own minimal finish-reason count over the file, read as stopdoctor reads lines."""
     import duckdb
 
@@ -126,9 +135,9 @@ def time_duckdb_minimal(path: Path) -> tuple[float, str]:
     query = (f"SELECT coalesce(v[1], v[2], v[3], v[4], v[5], 'none') AS finish, count(*) FROM ("
              f"SELECT json_extract_string(line, [{paths}]) AS v FROM {source_sql(str(path))} WHERE json_valid(line)) "
              "GROUP BY 1 ORDER BY 2 DESC")
-    start = time.perf_counter()
+    cpu, start = _cpu(), time.perf_counter()
     rows = con.execute(query).fetchall()
-    return time.perf_counter() - start, " ".join(f"{n} {f}" for f, n in rows)
+    return time.perf_counter() - start, " ".join(f"{n} {f}" for f, n in rows), _cpu() - cpu
 
 
 def main() -> None:
@@ -153,27 +162,28 @@ def main() -> None:
             start = time.perf_counter()
             write_synthetic(path, lines)
             print(f"wrote {lines:,} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s")
-        start = time.perf_counter()
+        cpu, start = _cpu(), time.perf_counter()
         report = analyze_logs([str(path)])
-        ours = time.perf_counter() - start
+        ours, ours_cpu = time.perf_counter() - start, _cpu() - cpu
         problems = ", ".join(f"{k} {p.count:,}" for k, p in report.problems.items())
-        import resource
-
         lines = report.lines
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        print(f"stopdoctor logs (whole report): {ours:.2f} s, {lines / ours:,.0f} lines/s, peak RSS {peak:,.0f} MiB")
+        print(f"stopdoctor logs (whole report): {ours:.2f} s ({ours_cpu:.2f} s CPU), {lines / ours:,.0f} lines/s, "
+              f"peak RSS {peak:,.0f} MiB")
         print(f"  responses {report.responses:,}, bad {report.bad_lines:,}, blank {report.blank:,}; "
               f"finish {report.finish}; {problems}")
-        minimal, counts = time_duckdb_minimal(path)
-        print(f"DuckDB minimal finish-reason count (one parse a line): {minimal:.2f} s, {lines / minimal:,.0f} lines/s  [{counts}]")
-        print(f"stopdoctor's whole report / DuckDB minimal: {ours / minimal:.2f}x (goal <= 1.2x)")
+        minimal, counts, minimal_cpu = time_duckdb_minimal(path)
+        print(f"DuckDB minimal finish-reason count (one parse a line): {minimal:.2f} s ({minimal_cpu:.2f} s CPU), "
+              f"{lines / minimal:,.0f} lines/s  [{counts}]")
+        print(f"stopdoctor's whole report / DuckDB minimal: {ours / minimal:.2f}x wall, {ours_cpu / minimal_cpu:.2f}x CPU "
+              "(goal <= 1.2x)")
         jq = None if skip_jq else time_jq(path)
         if jq is None:
             print("jq: skipped (--no-jq, or not installed: apt-get install -y jq)")
         else:
-            seconds, counts = jq
-            print(f"jq (finish_reason counts only): {seconds:.2f} s, {lines / seconds:,.0f} records/s  [{counts}]")
-            print(f"speed-up over jq: {seconds / ours:.1f}x (goal >= 2x)")
+            seconds, counts, jq_cpu = jq
+            print(f"jq (finish_reason counts only): {seconds:.2f} s ({jq_cpu:.2f} s CPU), {lines / seconds:,.0f} records/s  [{counts}]")
+            print(f"speed-up over jq: {seconds / ours:.1f}x wall, {jq_cpu / ours_cpu:.1f}x CPU (goal >= 2x)")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -2,15 +2,15 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file (`actions.logs.records.normalise_sql`) reads every line as text (JSONL, .gz, local or
-any URL DuckDB can open), parses it once, picks each field from whichever logged shape the line
-has, and materialises a narrow table of normalised records; the distributions are GROUP BYs over
-that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
+query per file (`actions.logs.oneparse`, with `actions.logs.records.normalise_sql` for the lines it
+leaves) reads every line as text (JSONL, .gz, local or any URL DuckDB can open), reads only the
+paths its key group can have, picks each field from whichever logged shape the line has, and
+materialises a narrow table of normalised records; the distributions are GROUP BYs over that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
 `diagnose.find_turns` can find) says a next turn may be in it; those few answers are then
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
 against a `TurnVocabulary` (`actions.logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (groups, inputs, records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), actions.logs (groups, inputs, oneparse, records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, H
 from stopdoctor.core.errors import InputError, MissingDependencyError
 from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
 from stopdoctor.actions.logs.groups import sample_groups
+from stopdoctor.actions.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
@@ -94,8 +95,15 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                     raise InputError(f"{path}: a line is not UTF-8 text, which the printed script cannot read in DuckDB",
                                      hint="stopdoctor logs without --show-sql counts such a line as a bad line") from None
                 raise read_error(path, str(error)) from None
-            query = normalise_sql(source, vocabulary, settings.overrides, groups)
-            out.append(f"-- {sql_comment(path)}\n{_insert_sql(path, query)};\n")
+            if groups:
+                out.append(f"-- {sql_comment(path)}\n-- each line of a sampled key group: its paths in one read, its answer in place\n"
+                           f"{_insert_sql(path, one_parse_sql(source, vocabulary, groups))};\n"
+                           "-- the other lines (another key group, several answers): the general query\n"
+                           f"{_insert_sql(path, normalise_sql(redo_lines(source, path), vocabulary, groups=groups))};\n"
+                           f"{drop_redone_sql(path)};\n")
+            else:
+                out.append(f"-- {sql_comment(path)}\n"
+                           f"{_insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups))};\n")
             out.append("-- streamed responses: each stream's chunks grouped into one answer\n"
                        + "".join(f"{statement};\n" for statement in _stream_statements(path, vocabulary)) + "\n")
         out.append("-- the normalised finish reasons\nSELECT finish, count(*) AS answers FROM rec WHERE shape IS NOT NULL "
@@ -225,9 +233,8 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                     # runs on every core: numbering in the same pipeline would keep it on one.
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                query = normalise_sql(source, vocabulary, settings.overrides, _key_groups(con, source, settings))
-                _run(con, _insert_sql(path, query),
-                     progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
+                normalise_file(con, path, source, vocabulary, settings,
+                               progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
@@ -241,6 +248,30 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
             for statement in _stream_statements(path, vocabulary):
                 con.execute(statement)
     return line_counts
+
+
+# Fewer lines than this left to the general query: it reads every path (a shorter query to bind)
+# rather than only each key group's.
+REDO_GROUPED = 10_000
+
+
+def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
+                   on_progress: Callable[[float], None] | None = None, one_parse: bool = True) -> int | None:
+    """`source`'s records into `rec` as `path`'s: the per-group read (`actions.logs.oneparse`), then
+    the general query for the lines it left (their number is returned); the general query alone
+    (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
+    false (the same records, slower)."""
+    groups = _key_groups(con, source, settings)
+    if not (groups and one_parse):
+        _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
+        return None
+    _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
+    redo = con.execute("SELECT count(*) FROM rec WHERE file = ? AND line_no < 0", [path]).fetchone()[0]
+    if redo:
+        query = normalise_sql(redo_lines(source, path), vocabulary, groups=groups if redo >= REDO_GROUPED else None)
+        con.execute(_insert_sql(path, query))
+        con.execute(drop_redone_sql(path))
+    return redo
 
 
 def open_counted_records():

@@ -213,7 +213,9 @@ def _line_fields(lk: _Lookups, overrides: Mapping[str, str]) -> dict[str, str]:
         "THEN 'tool_calls'"])
     hint = "CASE " + " ".join(hints) + " END" if hints else _NULL
     # The shapes whose answer is one scalar path (OpenAI chat/completions, Ollama, TGI, llama.cpp).
-    scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, {lk.ref('$.response')}) "
+    # Ollama /api/generate's `response`, read apart on those lines only: on a request+response pair
+    # it is an object, which a read of every line would write out as text.
+    scalar_text = (f"WHEN 'ollama' THEN coalesce({fam('server', 'ollama_text')}, json_extract_string(line, '$.response')) "
                    f"WHEN 'tgi' THEN {fam('server', 'tgi_text')} "
                    f"WHEN 'llama.cpp' THEN {fam('server', 'llamacpp_text')} "
                    f"ELSE coalesce({oc('text')}, {fam('server', 'llamacpp_text')})")
@@ -362,6 +364,20 @@ def created_expr(lk: _Lookups) -> str:
     return lk.first(list(LINE_TIMESTAMPS) + ['$."startTimeUnixNano"'])
 
 
+# A line that holds nothing: empty, a stream's end, an SSE event name.
+BLANK_LINE = "line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:')"
+
+
+def one_answer(group: frozenset[str]) -> tuple[list[str], str, dict[str, str], str]:
+    """For a line whose paths outside `group`'s anchors are all NULL: the paths read (`v`), its shape
+    (`kind`, from `v`), each column of its answer as `normalise_sql` types it (from `v` and `kind`),
+    and when the line has a list of answers instead (`many`: OTel spans, n > 1 choices)."""
+    lk = _Lookups(group)
+    fields = _line_fields(lk, {})
+    columns = {name: f"CAST({fields.get(name, 'NULL')} AS {kind})" for name, kind in _ANSWER.items() if name != "kind"}
+    return lk.paths, fields["kind"], columns, f"kind IN ('otlp', 'otel') OR {fields['multi_choice']}"
+
+
 def prepared_lines(relation: str) -> str:
     """`relation`'s lines (`line_no`, `line`) with an SSE `data: ` prefix taken off."""
     return ("(SELECT line_no, CASE WHEN starts_with(line, 'data:') THEN ltrim(substr(line, 6)) ELSE line END AS line "
@@ -416,7 +432,7 @@ def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[st
     return f"""
 WITH grouped AS (
     SELECT line_no, line,
-           line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') AS blank,
+           {BLANK_LINE} AS blank,
            CASE WHEN json_valid(line) THEN {group} END AS grp
     FROM {prepared_lines(source)}
 ), parsed AS (
@@ -435,16 +451,16 @@ WITH grouped AS (
 ), flat AS (
     SELECT line_no, blank, bad, {answer_columns} FROM answers
 )
-{_stored(derived_sql('flat', vocabulary))}
+{records_sql('flat', vocabulary)}
 """
 
 
-def _stored(derived: str) -> str:
-    """The columns the records table keeps: a chunk of a stream keeps its raw text until the
-    chunks are grouped (`streams_sql`); an answer keeps only what its problems need."""
+def records_sql(relation: str, vocabulary: TurnVocabulary) -> str:
+    """`relation`'s answers as the records table keeps them (`derived_sql`): a chunk of a stream keeps
+    its raw text until the chunks are grouped (`streams_sql`); an answer keeps only what its problems need."""
     return (f"SELECT * REPLACE (CASE WHEN chunks = 0 THEN text END AS text, "
             "CASE WHEN chunks = 0 THEN reasoning END AS reasoning) "
-            f"FROM ({derived})")
+            f"FROM ({derived_sql(relation, vocabulary)})")
 
 
 def streams_sql(source: str, vocabulary: TurnVocabulary) -> str:
@@ -499,7 +515,7 @@ WITH resolved AS (
     FROM segmented GROUP BY shape, stream_id, choice, answer_no
     UNION ALL BY NAME SELECT * FROM whole
 )
-{_stored(derived_sql('streams', vocabulary))}
+{records_sql('streams', vocabulary)}
 """
 
 
