@@ -16,23 +16,39 @@ Imports: every stage below it (facts, template, analysis, actions, rules); never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stopdoctor.analysis.core import Analysis, analyze
-from stopdoctor.core.errors import InputError
+from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's result as the one Report
+    FixOutcome, GenerationRun, GenerationRuns, diff_report, fix_report, fragment_report, generation_report,
+    probe_stop_report, render_report, rules_report, stop_odds_report)
 from stopdoctor.template.limits import render_deadline
 
 if TYPE_CHECKING:
+    from stopdoctor.actions.diff import ModelDiff
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.actions.generate.request import Engine, Prompt, Sampling, StopSet
+    from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, ModelContext
+    from stopdoctor.actions.generate.server import ServerEngine
+    from stopdoctor.actions.labels.result import DatasetLabels
+    from stopdoctor.actions.logs.report import LogsSettings, LogsSummary
+    from stopdoctor.actions.probe import ProbeReport
+    from stopdoctor.actions.probe_server.battery import ServerProbeReport
+    from stopdoctor.actions.probe_server.battery import Settings as ProbeSettings
     from stopdoctor.actions.render import RenderResult
+    from stopdoctor.actions.stop_odds import Context, StopEvidence, StopOdds
+    from stopdoctor.core.types import ChatTemplate
     from stopdoctor.analysis.weights import WeightsReport
-    from stopdoctor.rules.registry import Check
-    from stopdoctor.rules.results import InspectResult, LabelsReport, LogsResult
+    from stopdoctor.rules.registry import Rule
+    from stopdoctor.rules.results import InspectResult, LabelsResult, LogsResult
 
 # Public names that live in modules only some commands need (labels, logs): imported when first
 # asked for, so `inspect` does not pay for them (PEP 562).
@@ -41,6 +57,7 @@ _LAZY = {
     "LabelSettings": ("stopdoctor.actions.labels.result", "LabelSettings"),
     "RenderResult": ("stopdoctor.actions.render", "RenderResult"),
     "LOGS_READ_DONE": ("stopdoctor.actions.logs.query", "RUNNING_DONE"),  # progress: read, analysing
+    "check_budget": ("stopdoctor.actions.generate.request", "check_budget"),  # generate: a budget a diagnosis can use
 }
 
 
@@ -127,14 +144,14 @@ def expectation_findings(analysis: Analysis, expectation: Expectation) -> list[F
     return _located(analysis.facts, run_rules(ExpectationInput(analysis, expectation)))
 
 
-def rules() -> list[Check]:
+def rules() -> list[Rule]:
     """Every registered rule, by code (SD000 check-crashed included)."""
     from stopdoctor.rules.runner import REGISTRY
 
     return [REGISTRY[code] for code in sorted(REGISTRY)]
 
 
-def find_rule(code_or_name: str) -> Check | None:
+def find_rule(code_or_name: str) -> Rule | None:
     """A rule by its code (SD101) or name (pad-is-eos), or None."""
     from stopdoctor.rules.runner import find
 
@@ -166,8 +183,8 @@ def _model_files(source: ModelSource) -> dict[str, Path]:
 # --- logs ------------------------------------------------------------------------------------
 
 
-def logs_findings(report: Any) -> list[Finding]:
-    """The logs rules (SD7xx) on a logs report."""
+def logs_findings(report: LogsSummary) -> list[Finding]:
+    """The logs rules (SD7xx) on what the logs query counted."""
     from stopdoctor.rules.inputs import LogsInput
     from stopdoctor.rules.runner import run_rules
 
@@ -175,7 +192,7 @@ def logs_findings(report: Any) -> list[Finding]:
 
 
 def analyze_log_files(paths: list[str], model: str | None = None, revision: str | None = None,
-                      settings: Any = None, on_progress: Callable[[str, float], None] | None = None,
+                      settings: LogsSettings | None = None, on_progress: Callable[[str, float], None] | None = None,
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
     from stopdoctor.rules.results import LogsResult
@@ -204,7 +221,7 @@ def logs_report(result: LogsResult, paths: list[str], fail_on: Severity = Severi
 # --- labels ----------------------------------------------------------------------------------
 
 
-def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
+def labels_findings(analysis: Analysis, labels: DatasetLabels) -> list[Finding]:
     """The labels rules (SD6xx) on a model and the labels built from a dataset."""
     from stopdoctor.rules.inputs import LabelsInput
     from stopdoctor.rules.runner import run_rules
@@ -213,15 +230,15 @@ def labels_findings(analysis: Analysis, labels: Any) -> list[Finding]:
 
 
 def check_labels(spec: str, data: str, settings=None, limit: int | None = None, revision: str | None = None,
-                 progress=None) -> LabelsReport:
+                 progress=None) -> LabelsResult:
     """`stopdoctor labels`: build the training labels of a dataset and check its end-of-turns."""
     return check_labels_of(load(spec, revision), data, settings, limit, progress)
 
 
 def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | None = None,
-                    progress=None) -> LabelsReport:
+                    progress=None) -> LabelsResult:
     """`check_labels` on a model already loaded."""
-    from stopdoctor.rules.results import LabelsReport
+    from stopdoctor.rules.results import LabelsResult
     from stopdoctor.facts.datasets import count_examples, iter_examples
     from stopdoctor.actions.labels.build import label_dataset
     from stopdoctor.actions.labels.result import LabelSettings
@@ -239,10 +256,10 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
         raise InputError(f"{Path(data).name}: holds no valid example: {len(bad)} bad line(s), the first {bad[0]}",
                          "rows need messages (chat), prompt and completion, or text, one JSON object a line")
     labels.bad_lines.extend(bad)
-    return LabelsReport(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
+    return LabelsResult(facts.source, facts, analysis, labels, labels_findings(analysis, labels))
 
 
-def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.ERROR) -> Report:
+def labels_report(result: LabelsResult, data: str, fail_on: Severity = Severity.ERROR) -> Report:
     """The one report of a labels run: the model and its dataset are the subject."""
     from stopdoctor.rules.inputs import LabelsInput
 
@@ -256,53 +273,27 @@ def labels_report(result: LabelsReport, data: str, fail_on: Severity = Severity.
 
 def stop_odds(spec: str, data: str | None = None, limit: int | None = None, device: str = "auto",
               revision: str | None = None, batch_size: int | None = None, allow_pickle: bool = False,
-              progress: Callable[[str], None] | None = None) -> Any:
+              progress: Callable[[str], None] | None = None) -> StopOdds:
     """`stopdoctor stop-odds`: P(end-of-turn) where the template closes the assistant turn, over
     reference conversations or the rows of `data`; a `stopdoctor.actions.stop_odds.StopOdds`.
     Loads the model with torch (imported here, lazily)."""
-    from stopdoctor.actions.generate.local import LocalEngine, require_torch
-    from stopdoctor.actions.stop_odds import BROKEN, StopOdds, build_contexts, data_rows, load_model, measure_run, \
-        reference_rows, verdict
+    from stopdoctor.actions.generate.local import require_torch
+    from stopdoctor.actions.stop_odds import measure_stop_odds
 
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     if batch_size is not None and not 1 <= batch_size <= 1024:
         raise InputError("--batch-size must be between 1 and 1024")
     require_torch("stop-odds")  # before reading the model and the data: say so first, in this command's name
-    result = inspect_model(spec, revision)
-    bad: list[tuple[str, str]] = []
-    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
-    contexts, skipped = build_contexts(result.facts, result.analysis, rows)
-    if not contexts:
-        why = skipped[0][1] if skipped else "no example"
-        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
-        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
-    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
-    say = progress or (lambda message: None)
-    engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
-    odds, unmeasured, tokens, seconds = measure_run(engine, contexts, batch_size, lambda n, of: say(f"measured {n}/{of} examples…"))
-    errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
-    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
-    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
-    judged = [o for o in odds if o.context.kind == judged_kind]
-    targets = {i for o in judged for i in o.context.targets}
-    names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
-    kind, reason = verdict(judged, errors, names, sum(why == BROKEN for _, why in unmeasured))
-    return StopOdds(spec, engine.device, tuple(odds), (*skipped, *unmeasured), tokens, seconds, kind, reason, data, judged_kind)
-
-
-def _line_of(skipped: tuple[str, str]) -> int:
-    """The line of a skipped row's "FILE:LINE" source."""
-    line = skipped[0].rpartition(":")[2]
-    return int(line) if line.isdigit() else 0
+    return measure_stop_odds(spec, inspect_model(spec, revision), data, limit, device, batch_size, allow_pickle, progress)
 
 
 # --- diff ------------------------------------------------------------------------------------
 
 
-def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None):
-    """`stopdoctor diff A B`: what changed between two models (`actions.diff.ModelDiff`; its
-    `exit_code()` is 1 when a difference changes where generation stops)."""
+def diff_models(spec_a: str, spec_b: str, revision_a: str | None = None, revision_b: str | None = None) -> ModelDiff:
+    """`stopdoctor diff A B`: what changed between two models; `diff_report` makes it the Report
+    (a stop-relevant difference is a finding: exit 1)."""
     from stopdoctor.actions.diff import diff_analyses
 
     facts_a, facts_b = load(spec_a, revision_a), load(spec_b, revision_b)
@@ -327,14 +318,14 @@ def read_tools(path: str | Path) -> list[dict]:
     return load_tools(path)
 
 
-def read_template(path: Path) -> Any:
+def read_template(path: Path) -> ChatTemplate:
     """A chat template from a file (Jinja text, or a tokenizer_config.json/chat_template.json)."""
     from stopdoctor.actions.render import template_from_file
 
     return template_from_file(path)
 
 
-def training_template(path: Path) -> Any:
+def training_template(path: Path) -> ChatTemplate:
     """A training template file for `labels --template` (Jinja text, named by its file name)."""
     from stopdoctor.core.types import ChatTemplate, Location
     from stopdoctor.facts.model_facts import load_text
@@ -373,7 +364,7 @@ def stop_string(text: str) -> str:
 
 
 def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, corpus: list[Path] | None = None,
-                revision: str | None = None) -> Any:
+                revision: str | None = None) -> ProbeReport:
     """`stopdoctor probe-stop`: how each stop string tokenizes after typical text with the model's
     tokenizer, where an id match misses it, and whether it fires inside ordinary answers (the
     built-in samples and each `corpus` file); a `stopdoctor.actions.probe.ProbeReport`."""
@@ -387,19 +378,21 @@ def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, cor
 # --- logs ------------------------------------------------------------------------------------
 
 
-def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> Any:
+def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> LogsSettings:
     """`LogsSettings` for `analyze_log_files`: `fields` as NAME=$.PATH overrides, thresholds by name."""
     from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
 
     return LogsSettings(overrides=parse_field_overrides(fields or []), **thresholds)
 
 
-def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None, settings: Any = None) -> str:
+def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None,
+             settings: LogsSettings | None = None) -> str:
     """The DuckDB SQL that normalises each log file (`logs --show-sql`), to run elsewhere."""
-    from stopdoctor.actions.logs.query import show_sql
+    from stopdoctor.actions.logs.query import LogsSettings, show_sql
     from stopdoctor.actions.logs.vocabulary import model_vocabulary
 
-    return show_sql(paths, model_vocabulary(model, revision) if model else None, settings)
+    return show_sql(paths, model_vocabulary(model, revision) if model else None,
+                    settings if settings is not None else LogsSettings())
 
 
 # --- serving files -----------------------------------------------------------------------------
@@ -422,10 +415,17 @@ class GenerationPlan:
     (two with thinking both), the stop set, and the reference answers a local run measures the
     weights on when it goes to the budget."""
 
-    context: Any  # stopdoctor.actions.generate.run.ModelContext
-    prompts: list[Any]  # stopdoctor.actions.generate.request.Prompt
-    stops: Any  # stopdoctor.actions.generate.request.StopSet, None for the fragment test
-    reference: Any = None
+    context: ModelContext
+    prompts: list[Prompt]
+    stops: StopSet | None  # None for the fragment test
+    reference: list[Context] | None = None
+
+    @property
+    def stop_set(self) -> StopSet:
+        """The stop set a generation stops on; a fragment-test plan has none (it runs `fragment_test`)."""
+        if self.stops is None:
+            raise TypeError("a fragment-test plan has no stop set: run it with fragment_test")
+        return self.stops
 
 
 def plan_generation(spec: str, revision: str | None = None, *, messages: list[dict] | None = None,
@@ -471,7 +471,7 @@ def check_device(device: str) -> None:
 
 
 def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool = False,
-                 progress: Callable[[str], None] | None = None) -> Any:
+                 progress: Callable[[str], None] | None = None) -> LocalEngine:
     """The model loaded with transformers (torch, imported here, lazily)."""
     from stopdoctor.actions.generate.local import LocalEngine
 
@@ -479,7 +479,7 @@ def local_engine(plan: GenerationPlan, device: str = "auto", allow_pickle: bool 
 
 
 def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None = None, model_name: str | None = None,
-                  stream: bool = False, timeout: float = 300.0) -> Any:
+                  stream: bool = False, timeout: float = 300.0) -> ServerEngine:
     """An OpenAI-compatible server as the engine for `spec`; `timeout`: one request, connect to last byte."""
     from stopdoctor.actions.generate.server import ServerEngine
 
@@ -488,22 +488,23 @@ def server_engine(plan: GenerationPlan, url: str, spec: str, route: str | None =
     return engine
 
 
-def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Any:
-    """Greedy at temperature 0, as every runtime's temperature=0 is."""
-    from stopdoctor.actions.generate.request import Sampling
+def sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Sampling:
+    """Greedy at temperature 0, as every runtime's temperature=0 is; what no runtime takes is refused."""
+    from stopdoctor.actions.generate.request import checked_sampling
 
-    return Sampling(temperature, top_p, seed)
+    return checked_sampling(temperature, top_p, seed)
 
 
-def generate(plan: GenerationPlan, engine: Any, prompt: Any, max_new_tokens: int, how: Any = None) -> Any:
+def generate(plan: GenerationPlan, engine: Engine, prompt: Prompt, max_new_tokens: int,
+             how: Sampling | None = None) -> GenerateResult:
     """One generation of `prompt`, stopped as the plan's stop set says, and diagnosed: a
     `stopdoctor.actions.generate.run.GenerateResult`."""
     from stopdoctor.actions.generate.run import run_generate
 
-    return run_generate(plan.context, engine, prompt, plan.stops, max_new_tokens, how or sampling())
+    return run_generate(plan.context, engine, prompt, plan.stop_set, max_new_tokens, how or sampling())
 
 
-def needs_stop_evidence(plan: GenerationPlan, result: Any) -> bool:
+def needs_stop_evidence(plan: GenerationPlan, result: GenerateResult) -> bool:
     """A local run that went to the budget with no sign of a runaway: measure whether the weights
     can end a turn at all (a budget spent thinking is said as such, not measured as weights)."""
     thinking_ran_out = result.reasoning is not None and result.reasoning.ran_out_thinking
@@ -511,31 +512,48 @@ def needs_stop_evidence(plan: GenerationPlan, result: Any) -> bool:
             and not result.diagnosis.runaway_signs and not thinking_ran_out)
 
 
-def stop_evidence(plan: GenerationPlan, engine: Any) -> Any:
+def stop_evidence(plan: GenerationPlan, engine: Engine) -> StopEvidence:
     """P(end-of-turn) on reference answers and the end-of-turn rows: `actions.stop_odds.StopEvidence`."""
     from stopdoctor.actions.stop_odds import stop_evidence as measure
 
     return measure(plan.context.facts, plan.context.analysis, engine, plan.reference)
 
 
-def generation_exit_code(result: Any, evidence: Any = None) -> int:
-    """1 on a runaway (a next turn written, the budget reached after a turn-ending token, weights
-    that never learned to stop, a thought that loops until the budget runs out, a stream that
-    showed other text than the answer), else 0."""
-    from stopdoctor.analysis.diagnose import exit_code
+def run_generation(plan: GenerationPlan, engine: Engine, max_new_tokens: int, how: Sampling | None = None, served: bool = False,
+                   stage: Callable[[str], AbstractContextManager[Any]] | None = None,
+                   fixer: Callable[..., Any] | None = None) -> GenerationRuns:
+    """`stopdoctor generate`: each prompt of the plan generated and diagnosed, with the fix line for
+    the token that should have stopped it (`fixer`: `stopdoctor.fix.generate_fix`, which comes after
+    this module; `served`: said for a server) and, for a local run that went to the budget, the stop
+    evidence; `stage`: a context around each slow step, given what it does (the CLI's progress line).
+    With `--thinking both` a run that fails is kept as failed and the other reported; a single run
+    that fails raises."""
+    from contextlib import nullcontext
 
-    if evidence is not None and evidence.never_stops:
-        return 1  # a runaway the weights cause: no stop configuration ends it
-    if result.reasoning is not None and result.reasoning.runaway:
-        return 1  # a thought that loops until the budget runs out: no budget ends it
-    code = exit_code(result.generation, result.diagnosis)
-    streamed = (result.generation.server or {}).get("stream")
-    if streamed is not None and any(issue["kind"] != "no-done" for issue in streamed["issues"]):
-        return max(1, code)  # the client saw other text than the answer
-    return code
+    step = stage or (lambda message: nullcontext())
+    runs, failed = [], []
+    for built in plan.prompts:
+        mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
+        try:
+            with step(f"generating up to {max_new_tokens} tokens{mode}…"):
+                result = generate(plan, engine, built, max_new_tokens, how)
+            missed = result.diagnosis.should_have_stopped
+            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stop_set.source, served) if missed and fixer else None
+            evidence = None
+            if needs_stop_evidence(plan, result):
+                with step("the run went to the budget: measuring whether the weights can end a turn…"):
+                    evidence = stop_evidence(plan, engine)
+            runs.append(GenerationRun(result, fix, evidence))
+        except StopdoctorError as error:
+            if len(plan.prompts) == 1:
+                raise
+            failed.append((built.thinking, error))  # `--thinking both`: keep the run that worked
+    if not runs:
+        raise failed[0][1]
+    return GenerationRuns(tuple(runs), tuple(failed), both=len(plan.prompts) > 1)
 
 
-def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any:
+def fragment_test(plan: GenerationPlan, engine: Engine, max_new_tokens: int) -> FragmentVerdict:
     """The quick base-vs-instruct probe by behaviour: a `FragmentVerdict`."""
     from stopdoctor.actions.generate.run import fragment_test as run_fragment_test
 
@@ -546,7 +564,8 @@ def fragment_test(plan: GenerationPlan, engine: Any, max_new_tokens: int) -> Any
 
 
 def probe_server(url: str, model: str | None = None, api_key_env: str | None = None,
-                 only: Iterable[str] | None = None, settings: Any = None, request_s: float | None = None) -> Any:
+                 only: Iterable[str] | None = None, settings: ProbeSettings | None = None,
+                 request_s: float | None = None) -> ServerProbeReport:
     """The probe battery against a live server (`actions.probe_server`): a `ServerProbeReport`.
     `api_key_env` names the variable holding the API key (never the key itself: it would land in
     shell history); `request_s` bounds one whole answer (default `Bounds.request_s`). An
@@ -569,7 +588,7 @@ def probe_server(url: str, model: str | None = None, api_key_env: str | None = N
     return run_battery(url, model, api_key, settings or Settings(), only)
 
 
-def probe_server_report(result: Any) -> Report:
+def probe_server_report(result: ServerProbeReport) -> Report:
     """The one report of a probe-server run: each failed probe an error finding, each warning a
     warning, so the exit code is 1 exactly when a probe fails."""
     severities = {"fail": Severity.ERROR, "warn": Severity.WARNING}

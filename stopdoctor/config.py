@@ -22,10 +22,10 @@ from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding, Severity
-from stopdoctor.core.types import KINDS, Expectation
+from stopdoctor.core.types import MODEL_KINDS, Expectation
 from stopdoctor.facts.lines import line_at
 from stopdoctor.facts.model_facts import load_text
-from stopdoctor.rules.registry import Check
+from stopdoctor.rules.registry import Rule
 from stopdoctor.reporters.formats import FORMATS as REPORT_FORMATS
 from stopdoctor.rules.runner import REGISTRY
 
@@ -183,8 +183,8 @@ def _entry_lines(text: str, prefix: str, index: int) -> tuple[tuple[str, int], .
 
 def _expectation(entry: dict[str, Any], path: Path, where: str, lines: tuple[tuple[str, int], ...] = ()) -> Expectation | None:
     kind = _optional_string(entry, "expect-kind", where)
-    if kind is not None and kind not in KINDS:
-        raise InputError(f"{where}.expect-kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if kind is not None and kind not in MODEL_KINDS:
+        raise InputError(f"{where}.expect-kind: {kind!r} is not one of {', '.join(MODEL_KINDS)}")
     end_of_turn = _optional_string(entry, "expect-end-of-turn", where)
     stops = _list(entry.get("expect-stops", []), f"{where}.expect-stops")
     if any(isinstance(s, bool) or not isinstance(s, (str, int)) for s in stops):
@@ -364,13 +364,13 @@ def load_settings(*, config: Path | None = None, cwd: Path | None = None,
 # Selecting checks and adjusting severities
 
 
-def matches(selector: str, check: Check) -> int:
-    """How specifically `selector` names `check`: 0 not at all, else a rank (a name or a full code
+def matches(selector: str, rule: Rule) -> int:
+    """How specifically `selector` names `rule`: 0 not at all, else a rank (a name or a full code
     outranks a prefix, a longer prefix a shorter one)."""
     key = selector.strip()
-    if key.lower() == check.name or key.upper() == check.code:
+    if key.lower() == rule.name or key.upper() == rule.code:
         return 10
-    if PREFIX.match(key) and check.code.startswith(key.upper()):
+    if PREFIX.match(key) and rule.code.startswith(key.upper()):
         return len(key)
     return 0
 
@@ -379,24 +379,24 @@ def _validate_selectors(settings: Settings, where: str) -> None:
     for kind, selectors in (("select", settings.select), ("ignore", settings.ignore), ("severity", tuple(settings.severity))):
         for selector in selectors:
             if not any(matches(selector, c) for c in REGISTRY.values()):
-                raise InputError(f"{where}: {kind} {selector!r} names no check",
+                raise InputError(f"{where}: {kind} {selector!r} names no rule",
                                  hint="use a code (SD101), a prefix (SD1) or a name (pad-is-eos); `stopdoctor rules` lists them")
 
 
-def selected(settings: Settings, check: Check) -> bool:
+def selected(settings: Settings, rule: Rule) -> bool:
     """Selected and not ignored; the more specific selector wins (select SD1 + ignore SD104, or
     ignore SD1 + select SD104). SD000 check-crashed is kept unless ignored by name or code: a crash
     must not vanish because of a prefix."""
-    chosen = max((matches(s, check) for s in settings.select), default=0) if settings.select else 1
-    dropped = max((matches(s, check) for s in settings.ignore), default=0)
-    if check.code == "SD000":
+    chosen = max((matches(s, rule) for s in settings.select), default=0) if settings.select else 1
+    dropped = max((matches(s, rule) for s in settings.ignore), default=0)
+    if rule.code == "SD000":
         return dropped < 10
     return chosen > dropped
 
 
-def severity_of(settings: Settings, check: Check) -> Severity | None:
-    """The configured severity for `check`, most specific selector first; None: keep the finding's own."""
-    ranked = [(matches(s, check), level) for s, level in settings.severity.items()]
+def severity_of(settings: Settings, rule: Rule) -> Severity | None:
+    """The configured severity for `rule`, most specific selector first; None: keep the finding's own."""
+    ranked = [(matches(s, rule), level) for s, level in settings.severity.items()]
     ranked = [r for r in ranked if r[0]]
     return max(ranked, key=lambda r: r[0])[1] if ranked else None
 

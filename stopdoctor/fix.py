@@ -323,3 +323,69 @@ def generate_fix(analysis: Analysis, missed_id: int | None, missed_text: str | N
     wanted = json.loads(edit.after).get("eos_token_id")
     return GenerateFix(f'set generation_config.json "eos_token_id": {json.dumps(wanted)}', "generation_config.json",
                        "eos_token_id")
+
+
+# --- the `fix` command: judged as `check` judges, planned, staged, written ----------------------
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from stopdoctor.config import Settings
+    from stopdoctor.core.findings import Severity
+    from stopdoctor.rules.verdicts import FixOutcome
+
+
+@dataclass(frozen=True)
+class PreparedFix:
+    """A fix planned and (with write) staged beside its targets, nothing changed yet: `outcome` says
+    what the edits would do and what would remain; `commit` renames the staged files into place."""
+
+    outcome: FixOutcome
+    fail_on: Severity  # check's fail-on: what remains at or above it fails
+    staged: object | None  # stopdoctor.actions.edits staged files, None without write or edits
+    rejudge: Callable[[], list[Finding]]
+
+    def commit(self) -> FixOutcome:
+        """Write the staged files; what remains is then what `check` says of the written files, not
+        what the plan expected."""
+        from dataclasses import replace
+
+        self.staged.commit()  # type: ignore[union-attr]
+        return replace(self.outcome, written=True, remaining=tuple(self.rejudge()))
+
+    def discard(self) -> None:
+        """Remove what was staged and not committed (nothing once committed)."""
+        if self.staged is not None:
+            self.staged.discard()  # type: ignore[attr-defined]
+
+
+def prepare_fix(spec: str, serving: Path | None = None, kind: str | None = None, revision: str | None = None, *,
+                write: bool = False, backup: bool = False, settings: Settings | None = None) -> PreparedFix:
+    """`stopdoctor fix`: the model (and a serving file) judged with check's configuration
+    (select/ignore/severities, fail-on: the same verdict as `check`), the safe edits planned, and
+    with `write` each new file staged beside its target before anything is said: each refusal (a
+    link, a FILE.bak in the way, a full disk, a GGUF the editor will not rewrite) is one line and
+    nothing changed. A hub model's files are the shared cache: `plan_fixes` plans no edit there."""
+    from stopdoctor.api import inspect_model, read_serving, serving_findings
+    from stopdoctor.config import apply, load_settings
+    from stopdoctor.rules.verdicts import FixOutcome
+
+    chosen = settings if settings is not None else load_settings()
+
+    def judged():
+        config = read_serving(serving, kind) if serving is not None else None
+        result = inspect_model(spec, revision)
+        findings = list(result.findings) + (serving_findings(result.analysis, config) if config is not None else [])
+        return config, result, [f for f in apply(chosen, findings) if f.severity >= chosen.fail_on]
+
+    config, result, failing = judged()
+    plan = plan_fixes(result.analysis, config)
+    staged = None
+    if write and plan.edits:
+        try:
+            staged = plan.stage(backup=backup)
+        except InputError as error:  # one line: what was refused, and what to do
+            raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
+    outcome = FixOutcome(spec, plan, False, tuple(remaining_findings(failing, plan)))
+    return PreparedFix(outcome, chosen.fail_on, staged, lambda: judged()[2])

@@ -2,7 +2,7 @@
 the settings' select/ignore and severities, and return one `Report`. A model that cannot be loaded
 is recorded with its error and the others still run. No printing, no exiting.
 
-Imports: api, config, core, facts, rules, template (the render deadline); actions.generate lazily (only for --live, which needs torch).
+Imports: api, config, core, facts, rules, reporters (the baseline file), template (the render deadline); actions.generate and rules.verdicts lazily (only for --live, which needs torch).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.config import Settings, apply, selected, severity_of
 from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Subject
-from stopdoctor.core.types import KINDS, Expectation, a_kind
+from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.rules.inputs import ExpectationInput, ServingInput, WeightsInput
+from stopdoctor.reporters.baseline_json import BASELINE_SCHEMA
 from stopdoctor.rules.results import InspectResult
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.template.limits import render_deadline
@@ -137,39 +138,21 @@ def _unless_broken(result: InspectResult, verdict: Any) -> Any:
                           "what the probe generated is no evidence")
 
 
-def weights_never_stop(verdict: Any) -> bool:
-    return verdict is not None and verdict.evidence is not None and verdict.evidence.never_stops
-
-
 def live_findings(result: InspectResult, expectation: Expectation | None, verdict: Any = None) -> list[Finding]:
     """The fragment probe's verdict held against the expected kind (SD501); without one, against
     the static verdict only when that was sure, since a mismatch there means the files describe
     another model. `verdict`: the probe already run (else it runs here)."""
+    from stopdoctor.rules.verdicts import kind_findings
+
     if verdict is None:
         verdict = live_probe(result)
-    check = REGISTRY["SD501"]
-    wanted = expectation.kind if expectation and expectation.kind else None
-    static = result.analysis.verdict.kind if result.analysis.verdict else "unknown"
-    target = wanted or (static if static in KINDS else None)
-    if target is None or verdict.verdict not in KINDS or verdict.verdict == target:
-        return []
-    source = "expect-kind" if wanted else "its files (static verdict)"
-    location = expectation.location("expect-kind") if wanted and expectation else None
-    fix = "serve the checkpoint the configuration names, or fix its chat template and stop ids"
-    if weights_never_stop(verdict):
-        # the files are fine: the template and stop ids are not what to fix
-        fix = ("the weights, not the files: the end-of-turn token was never trained; fine-tune with it in the "
-               "labels (`stopdoctor labels`), or serve a checkpoint whose weights end turns (`stopdoctor stop-odds`)")
-    return [check.finding(f"live probe: expected {a_kind(target)} per {source}, it behaves as {verdict.verdict}: {verdict.reason}",
-                          fix, location, expected=target, found=verdict.verdict, probe="fragment",
-                          weights_never_stop=weights_never_stop(verdict))]
+    return kind_findings(result.analysis, expectation, verdict)
 
 
 # --------------------------------------------------------------------------------------------
 # Baseline: findings accepted once stay listed, only new ones fail (as ruff's and mypy's do)
 # --------------------------------------------------------------------------------------------
 
-BASELINE_SCHEMA = "stopdoctor.baseline/1"
 DEFAULT_BASELINE = "stopdoctor-baseline.json"
 
 
@@ -192,9 +175,7 @@ def _finding_key(model: str, finding: Finding) -> tuple[str, str, str | None, st
 
 def write_baseline(report: Report, path: Path, base: Path) -> int:
     """Write every finding of `report` to `path`; the number written."""
-    import json
-
-    from stopdoctor import __version__
+    from stopdoctor.reporters.baseline_json import render_baseline_json
 
     entries = []
     for subject in report.subjects:
@@ -203,11 +184,9 @@ def write_baseline(report: Report, path: Path, base: Path) -> int:
             key = _finding_key(model, finding)
             entries.append({"model": key[0], "code": key[1], "name": finding.name, "file": key[2], "key": key[3],
                             "message": key[4]})
-    document = {"schema_version": 1, "schema": BASELINE_SCHEMA, "tool": {"name": "stopdoctor", "version": __version__},
-                "findings": entries}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(render_baseline_json(entries), encoding="utf-8")
     except OSError as error:
         raise InputError(f"{path}: cannot write the baseline: {error.strerror or error}") from None
     return len(entries)

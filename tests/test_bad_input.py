@@ -102,7 +102,7 @@ def test_missing_tokenizer_json_is_reported_not_fatal(synth_root, tmp_path):
 
 def test_rules_unknown_code_exit_2():
     run = cli("rules", "SD999")
-    assert run.code == 2 and "no check 'SD999'" in run.stderr
+    assert run.code == 2 and "no rule 'SD999'" in run.stderr
 
 
 def test_internal_error_is_exit_3_without_traceback(monkeypatch, synth_root):

@@ -81,7 +81,7 @@ def test_environment_severity_and_config_path(tmp_path):
 
 @pytest.mark.parametrize("selector", ["SD9", "SD999", "no-such-check", "X1"])
 def test_selectors_that_name_no_check_are_rejected(selector):
-    with pytest.raises(InputError, match="names no check"):
+    with pytest.raises(InputError, match="names no rule"):
         with_flags(Settings(), ignore=[selector])
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, exit_code, find_turns, should_have_stopped, step_at
+from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, find_turns, runaway, should_have_stopped, step_at
 
 IM_END = TurnEnder(2, "<|im_end|>", ("chat template ends assistant turns with it",))
 ENDOFTEXT = TurnEnder(0, "<|endoftext|>", ("llama.cpp stops on it",))
@@ -36,7 +36,7 @@ def test_runaway_names_the_missed_end_of_turn_the_counterfactual_and_the_user_tu
     assert cf.stop_ids == (0, 2) and cf.step == 2 and cf.wasted == 9
     turn = diagnosis.hallucinated_turn
     assert (turn.role, turn.step, turn.evidence) == ("user", 4, "<|im_start|>user\n")
-    assert exit_code(generation, diagnosis) == 1
+    assert runaway(generation, diagnosis) is not None
 
 
 def test_a_generation_that_stopped_on_the_end_of_turn_is_clean():
@@ -46,7 +46,7 @@ def test_a_generation_that_stopped_on_the_end_of_turn_is_clean():
     assert diagnosis.should_have_stopped is None
     assert diagnosis.counterfactual is None
     assert diagnosis.hallucinated_turn is None
-    assert exit_code(generation, diagnosis) == 0
+    assert runaway(generation, diagnosis) is None
 
 
 def test_plain_length_without_runaway_signs_exits_zero():
@@ -54,7 +54,7 @@ def test_plain_length_without_runaway_signs_exits_zero():
     generation = _length_run(tokens)
     diagnosis = diagnose(generation, ENDERS, [2], HEADERS, SPECIALS)
     assert not diagnosis.runaway_signs
-    assert exit_code(generation, diagnosis) == 0
+    assert runaway(generation, diagnosis) is None
 
 
 def test_only_ids_outside_the_stop_set_count_as_missed():
@@ -81,7 +81,7 @@ def test_server_text_with_special_tokens_stripped_still_shows_the_turn():
     assert diagnosis.hallucinated_turn.source == "role word on its own line"
     assert diagnosis.hallucinated_turn.step is None
     assert diagnosis.should_have_stopped is None  # its text was stripped: nothing to see
-    assert exit_code(generation, diagnosis) == 1
+    assert runaway(generation, diagnosis) is not None
 
 
 def test_role_words_inside_prose_are_not_turns():
@@ -102,7 +102,7 @@ def test_a_turn_cut_off_by_a_stop_string_is_not_reported():
     diagnosis = diagnose(generation, ENDERS, [0], HEADERS, SPECIALS)
     assert diagnosis.hallucinated_turn is None
     assert diagnosis.counterfactual is None  # it did stop
-    assert exit_code(generation, diagnosis) == 0
+    assert runaway(generation, diagnosis) is None
 
 
 def test_server_text_that_keeps_special_tokens_shows_the_missed_token():
@@ -130,7 +130,7 @@ def test_quoted_transcripts_and_labels_do_not_make_a_runaway():
         generation = Generation("length", StopCause("length"), text)
         diagnosis = diagnose(generation, ENDERS, [0, 2], HEADERS, SPECIALS)
         assert diagnosis.hallucinated_turn is None, text
-        assert exit_code(generation, diagnosis) == 0, text
+        assert runaway(generation, diagnosis) is None, text
 
 
 def test_a_transcript_label_headlines_only_without_template_headers():

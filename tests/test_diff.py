@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from stopdoctor.actions.gguf_edit import set_int_key
-from stopdoctor.api import diff_models
+from stopdoctor.api import diff_models, diff_report
 from stopdoctor.cli.app import app
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "examples"
@@ -30,7 +30,7 @@ def test_a_model_and_itself(real_models):
 
 def test_hf_folder_and_its_gguf(real_models):
     # SmolLM2's GGUF was converted from the same files: same stop ids, special ids and tokenization
-    assert diff_models(str(real_models.smollm2_hf), str(real_models.smollm2_gguf)).exit_code() == 0
+    assert diff_report(diff_models(str(real_models.smollm2_hf), str(real_models.smollm2_gguf))).exit_code() == 0
 
 
 def test_eos_changed_in_a_copy(real_models, tmp_path):
@@ -40,7 +40,7 @@ def test_eos_changed_in_a_copy(real_models, tmp_path):
     generation["eos_token_id"] = 0
     (copy / "generation_config.json").write_text(json.dumps(generation))
     result = diff_models(str(real_models.smollm2_hf), str(copy))
-    assert result.exit_code() == 1
+    assert diff_report(result).exit_code() == 1
     declared = [d for d in result.stop_relevant if d.aspect == "declared"]
     assert declared and declared[0].where_b == "generation_config.json:eos_token_id"
     transformers = next(d for d in result.stop_relevant if d.what == "transformers")
@@ -61,7 +61,7 @@ def test_gguf_eos_changed(real_gguf_models, tmp_path):
 def test_template_family_change_is_stop_relevant():
     result = diff_models(str(EXAMPLES / "chatml-ok"), str(EXAMPLES / "llama3-eot-missing"))
     aspects = {d.aspect for d in result.stop_relevant}
-    assert "end_of_turn" in aspects and result.exit_code() == 1
+    assert "end_of_turn" in aspects and diff_report(result).exit_code() == 1
     template = next(d for d in result.differences if d.aspect == "template")
     assert "<|eot_id|>" in template.detail
 

@@ -77,15 +77,15 @@ def test_the_adding_a_rule_example_names_a_free_code_and_registers():
     and its doc must have the headings every rule's doc has."""
     from stopdoctor.core.findings import Severity
     from stopdoctor.rules.inputs import ServingInput
-    from stopdoctor.rules.registry import Check, check
+    from stopdoctor.rules.registry import Rule, rule
 
     text = (DOCS / "development.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M) if "@check(" in b)
-    code = re.search(r'@check\("(SD\d{3})"', block).group(1)
+    block = next(b for b in re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M) if "@rule(" in b)
+    code = re.search(r'@rule\("(SD\d{3})"', block).group(1)
     assert code not in REGISTRY, f"the 'Adding a rule' example names {code}, a code in use"
     try:
         exec(compile(block, "docs/development.md", "exec"),
-             {"check": check, "Check": Check, "Severity": Severity, "ServingInput": ServingInput})
+             {"rule": rule, "Rule": Rule, "Severity": Severity, "ServingInput": ServingInput})
         added = REGISTRY[code]
         assert set(added.sections) == {"What it checks", "Why it matters", "Example", "Fix"}
         assert added.summary and added.input is ServingInput

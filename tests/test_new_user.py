@@ -187,7 +187,7 @@ def test_a_template_passed_as_serving_file_is_named_and_no_findings_is_not_claim
 
 
 def test_generate_exits_1_when_the_model_wrote_a_turn_itself_though_something_later_stopped_it():
-    from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, exit_code
+    from stopdoctor.analysis.diagnose import Generation, Step, StopCause, TurnEnder, diagnose, runaway
 
     tokens = [(504, "Paris", False), (30, ".", False), (2, "<|im_end|>", True), (198, "\n", False),
               (1, "<|im_start|>", True), (4093, "user", False), (198, "\n", False), (57, "Hi", False),
@@ -198,7 +198,7 @@ def test_generate_exits_1_when_the_model_wrote_a_turn_itself_though_something_la
     generation = Generation("stop", StopCause("eos", 0, "<|endoftext|>", step=8), text, steps)
     diagnosis = diagnose(generation, enders, [0], {"user": "<|im_start|>user\n"}, ["<|im_start|>", "<|im_end|>"])
     assert diagnosis.should_have_stopped.id == 2 and diagnosis.hallucinated_turn.role == "user"
-    assert exit_code(generation, diagnosis) == 1
+    assert runaway(generation, diagnosis) is not None
 
 
 def test_the_test_suite_cleans_up_its_temp_folders():

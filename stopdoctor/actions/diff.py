@@ -60,9 +60,6 @@ class ModelDiff:
     def worse(self) -> list[Difference]:
         return [d for d in self.differences if d.effect == "worse"]
 
-    def exit_code(self) -> int:
-        return 1 if self.stop_relevant else 0
-
 
 def diff_analyses(a: Analysis, b: Analysis) -> ModelDiff:
     found: list[Difference] = []

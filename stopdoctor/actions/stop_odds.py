@@ -402,3 +402,39 @@ def stop_evidence(facts: ModelFacts, analysis: Analysis, engine, contexts: list[
         median = statistics.median(measured) if not broken else None
     names = [facts.vocab.text_of(i) or str(i) for i in stop_targets(analysis)]
     return StopEvidence(median, len(contexts), weights, " / ".join(names) or "the end-of-turn token", broken)
+
+
+def measure_stop_odds(spec: str, result, data: str | None = None, limit: int | None = None, device: str = "auto",
+                      batch_size: int | None = None, allow_pickle: bool = False,
+                      progress: Callable[[str], None] | None = None) -> StopOdds:
+    """`stopdoctor stop-odds` on an inspected model (`rules.results.InspectResult`): P(end-of-turn)
+    where the template closes the assistant turn, over the reference conversations or the rows of
+    `data`, and the verdict. Loads the model with torch (imported here, lazily)."""
+    from stopdoctor.actions.generate.local import LocalEngine
+    from stopdoctor.core.findings import Severity
+
+    bad: list[tuple[str, str]] = []
+    rows = data_rows(data, limit, bad) if data is not None else reference_rows()[:limit]
+    contexts, skipped = build_contexts(result.facts, result.analysis, rows)
+    if not contexts:
+        why = skipped[0][1] if skipped else "no example"
+        lines = f"; {len(bad)} bad line(s) skipped, the first: {bad[0][1]}" if bad else ""
+        raise InputError(f"{data or 'the reference conversations'}: no example can be measured ({why}){lines}")
+    skipped = bad + skipped if not skipped else sorted(bad + skipped, key=_line_of)  # in file order
+    say = progress or (lambda message: None)
+    engine = load_model(lambda: LocalEngine.load(result.facts, device=device, allow_pickle=allow_pickle, progress=say), spec)
+    odds, unmeasured, tokens, seconds = measure_run(engine, contexts, batch_size, lambda n, of: say(f"measured {n}/{of} examples…"))
+    errors = [f"{f.code} {f.name}" for f in result.findings if f.severity >= Severity.ERROR]
+    # chat rows ask "does it end its turn?", plain text "does it end the text?": one verdict, over chat rows when any
+    judged_kind = "chat" if any(c.kind == "chat" for c in contexts) else "text"
+    judged = [o for o in odds if o.context.kind == judged_kind]
+    targets = {i for o in judged for i in o.context.targets}
+    names = ", ".join(dict.fromkeys(result.facts.vocab.text_of(i) or str(i) for i in sorted(targets)))
+    kind, reason = verdict(judged, errors, names, sum(why == BROKEN for _, why in unmeasured))
+    return StopOdds(spec, engine.device, tuple(odds), (*skipped, *unmeasured), tokens, seconds, kind, reason, data, judged_kind)
+
+
+def _line_of(skipped: tuple[str, str]) -> int:
+    """The line of a skipped row's "FILE:LINE" source."""
+    line = skipped[0].rpartition(":")[2]
+    return int(line) if line.isdigit() else 0

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
-from stopdoctor.core.errors import EXIT_FINDINGS, EXIT_OK
 from stopdoctor.core.types import Location
 from stopdoctor.runtimes.stops import tokenizer_eos
 
@@ -413,15 +412,18 @@ def end_of_turn_odds(generation: Generation) -> EndOfTurnOdds | None:
     return EndOfTurnOdds(p, best.step, len(measured))
 
 
-def exit_code(generation: Generation, diagnosis: Diagnosis) -> int:
-    """1 on a runaway: the model wrote the next turn itself (even when something later stopped it),
-    or it ran to the budget after a token that should have ended its turn. 0 when it stopped in
-    time (a stop string that cut the next turn off did its job), and for a plain length. 1 too
-    when a server stopped a loop (finish_reason repetition) or left a stop string in the answer."""
-    if diagnosis.hallucinated_turn is not None or diagnosis.stop_string_left is not None:
-        return EXIT_FINDINGS
+def runaway(generation: Generation, diagnosis: Diagnosis) -> str | None:
+    """Why this generation is a runaway, or None: the model wrote the next turn itself (even when
+    something later stopped it), or it ran to the budget after a token that should have ended its
+    turn; a server stopped a loop (finish_reason repetition) or left a stop string in the answer.
+    None when it stopped in time (a stop string that cut the next turn off did its job), and for a
+    plain length. `stopdoctor.rules.verdicts` makes it a finding, and the Report the exit code."""
+    if diagnosis.hallucinated_turn is not None:
+        return "it wrote the next turn itself"
+    if diagnosis.stop_string_left is not None:
+        return "the server left a stop string it was sent in the answer"
     if generation.finish_reason == FINISH_REPETITION:
-        return EXIT_FINDINGS
+        return "the server stopped a loop (finish_reason repetition)"
     if generation.finish_reason == FINISH_LENGTH and diagnosis.runaway_signs:
-        return EXIT_FINDINGS
-    return EXIT_OK
+        return "it ran to the budget after a token that should have ended its turn"
+    return None

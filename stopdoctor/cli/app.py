@@ -1,7 +1,8 @@
 """The typer application, the options every command shares (defined once as `Annotated`
 aliases), and the wrapper that turns errors into one line and an exit code.
 
-Exit codes: 0 clean, 1 findings at/above --fail-on, 2 could not run (bad input), 3 internal error.
+Exit codes, one rule for every command (`Report.exit_code`): 0 clean, 1 findings at/above
+--fail-on, 2 could not run (bad input), 3 internal error.
 Imports: core; cli.output.
 """
 
@@ -68,6 +69,9 @@ ColorOpt = Annotated[bool | None, typer.Option("--color/--no-color", help="Force
 FailOnOpt = Annotated[str, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1: error, warning or info.")]
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help="human, json, sarif, junit or github (default: human; --json is --format json).", show_default=False)]
+# The commands whose findings are verdicts, not located rule findings, write people's text and JSON.
+PlainFormatOpt = Annotated[str | None, typer.Option(
+    "--format", help="human or json (default: human; --json is --format json).", show_default=False)]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the document to this file instead of stdout.")]
 
 MessageOpt = Annotated[list[str] | None, typer.Option(
@@ -156,16 +160,19 @@ def handles_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def chosen_format(format: str | None, json: bool) -> str:
-    """--format, with --json as its short form; asking for two formats is an error."""
+def chosen_format(format: str | None, json: bool, command: str | None = None) -> str:
+    """--format, with --json as its short form; asking for two formats, or one `command` does not
+    write, is an error."""
     from stopdoctor.core.errors import InputError
-    from stopdoctor.reporters.formats import FORMATS
+    from stopdoctor.reporters.formats import FORMATS, formats_of, written
 
     if json and format not in (None, "json"):
         raise InputError(f"--json and --format {format} ask for two formats", hint="pass one of them")
     chosen = "json" if json else (format or "human")
-    if chosen not in FORMATS:
+    if command is None and chosen not in FORMATS:
         raise InputError(f"--format {chosen!r} is not one of {', '.join(FORMATS)}")
+    if command is not None and chosen not in formats_of(command):
+        raise InputError(f"--format {chosen}: {command} writes {written(formats_of(command))}")
     return chosen
 
 

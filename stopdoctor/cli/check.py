@@ -23,8 +23,8 @@ ServingOpt = Annotated[Optional[List[str]], typer.Option(
     show_default=False)]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: stopdoctor.toml or pyproject.toml, searched upward).")]
 CheckFailOnOpt = Annotated[str | None, typer.Option("--fail-on", help="Lowest severity that makes the exit code 1 (default: error).", show_default=False)]
-SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only these checks: codes, prefixes (SD1) or names; repeatable or comma-separated.", show_default=False)]
-IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these checks: codes, prefixes or names.", show_default=False)]
+SelectOpt = Annotated[Optional[List[str]], typer.Option("--select", help="Only these rules: codes, prefixes (SD1) or names; repeatable or comma-separated.", show_default=False)]
+IgnoreOpt = Annotated[Optional[List[str]], typer.Option("--ignore", help="Skip these rules: codes, prefixes or names.", show_default=False)]
 LiveOpt = Annotated[bool, typer.Option("--live", help="Also run the generate probe (needs torch and the model weights).")]
 CheckJsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json: one JSON document on stdout.")]
 BaselineOpt = Annotated[Path | None, typer.Option(

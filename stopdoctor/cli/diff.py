@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import JsonOpt, app, handles_errors
-from stopdoctor.cli.output import emit, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, OutputOpt, PlainFormatOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import working, write_report
 
 
 @app.command()
@@ -23,12 +23,15 @@ def diff(
     revision_a: Annotated[str | None, typer.Option("--revision-a", help="Hub revision of A.")] = None,
     revision_b: Annotated[str | None, typer.Option("--revision-b", help="Hub revision of B.")] = None,
     json: JsonOpt = False,
+    format: PlainFormatOpt = None,
+    output: OutputOpt = None,
+    color: ColorOpt = None,
 ) -> int:
     """What changed between two models: template, end-of-turn, stop ids per runtime, special ids, sampling, tokenization."""
-    from stopdoctor.api import diff_models
-    from stopdoctor.reporters.diff_text import render_diff_json, render_diff_text
+    from stopdoctor.api import diff_models, diff_report
 
+    format = chosen_format(format, json, "diff")
     with working(f"comparing {model_a} and {model_b}…"):
-        result = diff_models(model_a, model_b, revision_a, revision_b)
-    emit(render_diff_json(result) if json else render_diff_text(result))
-    return result.exit_code()
+        report = diff_report(diff_models(model_a, model_b, revision_a, revision_b))
+    write_report(report, format, output, color)
+    return report.exit_code()

@@ -1,9 +1,11 @@
 """`stopdoctor fix`: show (and with --write, apply) the safe mechanical fixes as a unified diff.
+What to fix and what remains is decided by `stopdoctor.fix.prepare_fix`; this module says it.
 
-Exit codes, as `check` would exit once the shown fixes are in: 0 nothing left that fails the gate
-(nothing to fix, or the fix was written); 1 a diff was shown but not written (so CI can detect "fix
-needed"), or a finding at/above fail-on remains that has no mechanical fix (a template made for
-another tokenizer): `fix` never says "nothing to fix" on a model `check` fails; 2 bad input.
+Exit codes (the one rule, `Report.exit_code`, over `stopdoctor.rules.verdicts.fix_report`), as
+`check` would exit once the shown fixes are in: 0 nothing left that fails the gate (nothing to fix,
+or the fix was written); 1 a diff was shown but not written (so CI can detect "fix needed"), or a
+finding at/above fail-on remains that has no mechanical fix (a template made for another
+tokenizer): `fix` never says "nothing to fix" on a model `check` fails; 2 bad input.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import JsonOpt, ModelArg, RevisionOpt, app, handles_errors
-from stopdoctor.cli.output import emit, say
+from stopdoctor.cli.app import ColorOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import say, write_report
 
 ServingOpt = Annotated[Path | None, typer.Option("--serving", help="A serving file to fix too: vLLM command/YAML, Ollama Modelfile, llama.cpp command, request JSON.")]
 KindOpt = Annotated[str | None, typer.Option("--kind", help="Kind of the --serving file: vllm, ollama, llamacpp, request, sglang, mlx-lm, mlx-vlm or llama-cpp-python (default: guessed).")]
@@ -25,62 +27,34 @@ BackupOpt = Annotated[bool, typer.Option("--backup", help="With --write: keep ea
 @app.command()
 @handles_errors
 def fix(model: ModelArg, serving: ServingOpt = None, kind: KindOpt = None, write: WriteOpt = False,
-        backup: BackupOpt = False, revision: RevisionOpt = None, json: JsonOpt = False) -> int:
+        backup: BackupOpt = False, revision: RevisionOpt = None, json: JsonOpt = False, format: FormatOpt = None,
+        output: OutputOpt = None, color: ColorOpt = None) -> int:
     """Show the safe fixes for stop defects as a diff; --write applies them (a GGUF's metadata in place)."""
+    format = chosen_format(format, json, "fix")
     if backup and not write:
         from stopdoctor.core.errors import InputError
 
         raise InputError("--backup goes with --write", hint="stopdoctor fix MODEL --write --backup")
-    code, plan, written, remaining = _fix(model, serving, kind, write, revision, quiet=json, backup=backup)
-    if json:
-        from stopdoctor.reporters.fix_json import render_fix_json
+    from stopdoctor.api import fix_report
+    from stopdoctor.fix import prepare_fix
 
-        emit(render_fix_json(model, plan, written, code, remaining))
-    return code
-
-
-def _fix(model: str, serving: Path | None, kind: str | None, write: bool, revision: str | None, quiet: bool,
-         backup: bool = False):
-    """(exit code, plan, written, remaining). `quiet`: the diff goes into the JSON document, not on stdout."""
-    from stopdoctor.api import inspect_model, read_serving, serving_findings
-    from stopdoctor.config import apply, load_settings
-    from stopdoctor.fix import plan_fixes
-
-    settings = load_settings()  # check's select/ignore/severities and fail-on: the same verdict as check
-
-    def judged():
-        config = read_serving(serving, kind) if serving is not None else None
-        result = inspect_model(model, revision)
-        findings = list(result.findings) + (serving_findings(result.analysis, config) if config is not None else [])
-        return config, result, [f for f in apply(settings, findings) if f.severity >= settings.fail_on]
-
-    config, result, failing = judged()
-    plan = plan_fixes(result.analysis, config)
-    staged = _staged(plan, result, backup) if write and plan.edits else None
+    prepared = prepare_fix(model, serving, kind, revision, write=write, backup=backup)
     try:
-        return _report(plan, staged, judged, failing, settings, quiet)
+        outcome = _tell(prepared, format, output, color)
     finally:
-        if staged is not None:
-            staged.discard()
+        prepared.discard()
+    report = fix_report(outcome, prepared.fail_on)
+    if format != "human":  # a document says what was written: written after the files
+        write_report(report, format, output, color)
+    return report.exit_code()
 
 
-def _staged(plan, result, backup: bool):
-    """Every new file written beside its target, before anything is printed: each refusal (a link, a
-    FILE.bak in the way, a full disk, a GGUF the editor will not rewrite) is one line, nothing changed."""
-    from stopdoctor.core.errors import InputError
+def _tell(prepared, format: str, output: Path | None, color: bool | None):
+    """Say what remains, show the diff (before the files change), and with staged files rename
+    them into place; the outcome."""
+    from stopdoctor.api import fix_report
 
-    # a hub model's files are the shared cache: plan_fixes plans no edit there (a note instead)
-    try:
-        return plan.stage(backup=backup)
-    except InputError as error:  # one line: what was refused, and what to do
-        raise InputError(error.message + (f" ({error.hint})" if error.hint else "")) from None
-
-
-def _report(plan, staged, judged, failing, settings, quiet: bool):
-    """Say what remains, show the diff, and with `staged` rename the staged files into place."""
-    from stopdoctor.fix import remaining_findings
-
-    remaining = remaining_findings(failing, plan)
+    plan, remaining, fail_on = prepared.outcome.plan, prepared.outcome.remaining, prepared.fail_on
     told = {f.code for f in remaining}
     for note in plan.notes:
         if note.split(" ", 1)[0] not in told:  # a serving note "SD401 name: fix" is said once, below
@@ -89,30 +63,28 @@ def _report(plan, staged, judged, failing, settings, quiet: bool):
         where = f" ({finding.location})" if finding.location else ""
         say(f"remains, no mechanical fix: {finding.severity.label} {finding.code} {finding.name}{where}: {finding.message}")
         say(f"  by hand: {finding.fix}")
-    blocking = 1 if remaining else 0
     if not plan.edits:
         if remaining:
             say(f"nothing stopdoctor can change safely; {_count(remaining)} that `check` fails on (fail-on "
-                f"{settings.fail_on.label}) remain{'s' if len(remaining) == 1 else ''}: fix {'it' if len(remaining) == 1 else 'them'} by hand")
+                f"{fail_on.label}) remain{'s' if len(remaining) == 1 else ''}: fix {'it' if len(remaining) == 1 else 'them'} by hand")
         else:
             say("nothing to fix")
-        return blocking, plan, False, remaining
-    if not quiet:
-        emit(plan.diff())
+        return prepared.outcome
+    if format == "human":
+        write_report(fix_report(prepared.outcome, fail_on), format, output, color)
     for edit in plan.edits:
         say(f"{edit.label}: {edit.reason}")
-    if staged is None:
+    if prepared.staged is None:
         say("run again with --write to apply")
-        return 1, plan, False, remaining
-    staged.commit()
+        return prepared.outcome
+    outcome = prepared.commit()
     shown = {(f.code, f.message) for f in remaining}
-    remaining = judged()[2]  # what check now says of the written files, not what the plan expected
-    for finding in remaining:
+    for finding in outcome.remaining:
         if (finding.code, finding.message) not in shown:
             say(f"remains after the fix: {finding.severity.label} {finding.code} {finding.name}: {finding.message}")
-    blocking = 1 if remaining else 0
-    say(f"wrote {len(plan.edits)} file(s)" + (f"; {_count(remaining)} with no mechanical fix remain (above)" if remaining else ""))
-    return blocking, plan, True, remaining
+    say(f"wrote {len(plan.edits)} file(s)" + (f"; {_count(outcome.remaining)} with no mechanical fix remain (above)"
+                                              if outcome.remaining else ""))
+    return outcome
 
 
 def _count(findings) -> str:

@@ -1,27 +1,27 @@
 """`stopdoctor generate`: run a model (locally with transformers, or through an OpenAI-compatible
 server), stop as the chosen runtime would, and say why it stopped or why it did not.
 
-Exit codes: 0 it stopped in time (eos, stop id, stop string) or ran to the budget with no sign of
-a runaway; 1 it wrote the next turn itself (even if a later token stopped it), or ran to the budget
-after a turn-ending token; 2 bad input or torch missing. torch is imported only by stopdoctor.actions.generate.local, inside the local engine.
+Exit codes (the one rule, `Report.exit_code`): 0 it stopped in time (eos, stop id, stop string) or
+ran to the budget with no sign of a runaway; 1 a runaway (`stopdoctor.rules.verdicts`), or with
+--fragment-test a model that behaves as another kind than its files say (SD501); 2 bad input or
+torch missing. torch is imported only by stopdoctor.actions.generate.local, inside the local engine.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import math
 
 import typer
 
-from stopdoctor.cli.app import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, handles_errors, message_pairs
-from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
+from stopdoctor.cli.app import (ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, OutputOpt, PlainFormatOpt,
+                                RevisionOpt, app, chosen_format, handles_errors, message_pairs)
+from stopdoctor.cli.output import say, working, write_report
 
-
-# A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
-MAX_NEW_TOKENS = 8192
-FRAGMENT_MIN_TOKENS = 24
+if TYPE_CHECKING:
+    from stopdoctor.api import Engine  # a type only: the local or server engine
 
 
 def check_server_url(server: str) -> None:
@@ -73,26 +73,21 @@ def generate(
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
+    format: PlainFormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """Generate, stop as a runtime would, and diagnose: why it stopped, or which token should have stopped it."""
     from stopdoctor import api
-    from stopdoctor.core.errors import InputError, StopdoctorError
+    from stopdoctor.core.errors import InputError
 
-    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
-                         hint="a diagnosis needs a few dozen tokens; a budget is for one short generation")
-    if not (math.isfinite(temperature) and temperature >= 0) or not 0 < top_p <= 1:
-        raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
+    format = chosen_format(format, json, "generate")
+    api.check_budget(max_new_tokens, fragment_test)
+    how = api.sampling(temperature, top_p, seed)
     if server is not None:
         check_server_url(server)
-    if seed is not None and not 0 <= seed < 2**64:
-        raise InputError(f"--seed {seed}: must be between 0 and 2^64 - 1", hint="torch takes a 64-bit seed")
     if fragment_test and (message or messages or prompt or stop or stop_id or stops or temperature or thinking):
         raise InputError("--fragment-test runs its own probes, greedy, with the model's stop ids",
                          hint="drop -m/--messages/--prompt/--stop/--stop-id/--stops/--temperature/--thinking, or drop --fragment-test")
-    if fragment_test and max_new_tokens < FRAGMENT_MIN_TOKENS:
-        raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
-                         hint="an instruct model needs room to finish its answer before the verdict means anything")
     if not (math.isfinite(server_timeout) and 0 < server_timeout <= 86400):
         raise InputError("--server-timeout must be a number of seconds in (0, 86400]")
     if stream and server is None:
@@ -119,6 +114,7 @@ def generate(
     plan = api.plan_generation(model, revision, messages=chat, messages_file=messages, prompt=prompt, raw=raw,
                                thinking=thinking, stops=stops, stop_ids=stop_id or [], stop_strings=stop or [],
                                max_new_tokens=max_new_tokens, local=server is None, fragment=fragment_test)
+    engine: Engine
     if server is not None:
         engine = api.server_engine(plan, server, model, route=route, model_name=server_model, stream=stream,
                                    timeout=server_timeout)
@@ -127,58 +123,36 @@ def generate(
             engine = api.local_engine(plan, device=device, allow_pickle=allow_pickle, progress=status.update)
 
     if fragment_test:
-        from stopdoctor.reporters.generation import render_fragment_human, render_fragment_json
-
         with working("running the fragment test…"):
             verdict = api.fragment_test(plan, engine, max_new_tokens)
-        emit(render_fragment_json(model, verdict) if json else
-             render_fragment_human(model, verdict, color_for_stdout(color), width_for_stdout()))
-        return 0
+        report = api.fragment_report(model, plan.context.analysis, verdict)
+        write_report(report, format, output, color)
+        return report.exit_code()
 
-    how = api.sampling(temperature, top_p, seed)
-    runs, failed = [], []
-    for built in plan.prompts:
-        try:
-            runs.append(_run_one(plan, engine, built, max_new_tokens, how, server is not None))
-        except StopdoctorError as error:
-            if len(plan.prompts) == 1:
-                raise
-            failed.append((built.thinking, error))  # `--thinking both`: keep the run that worked
-    if not runs:
-        raise failed[0][1]
-    for mode, failure in failed:
-        say(f"stopdoctor: error: the run with thinking {mode} could not run: {failure.message}")
-        if failure.hint:
-            say(f"hint: {failure.hint}")
+    from stopdoctor.fix import generate_fix
+
+    runs = api.run_generation(plan, engine, max_new_tokens, how, server is not None,
+                              stage=working, fixer=generate_fix)
+    for mode, error in runs.failed:
+        say(f"stopdoctor: error: the run with thinking {mode} could not run: {error.message}")
+        if error.hint:
+            say(f"hint: {error.hint}")
     if html:
         from stopdoctor.cli.output import write_document
         from stopdoctor.reporters.generation_html import render_generation_html
 
-        write_document(render_generation_html(runs), Path(html), "the HTML report")
-    if json:
-        from stopdoctor.reporters.generation import render_generation_json, render_generation_runs_json
-
-        emit(render_generation_json(*runs[0][:3]) if len(plan.prompts) == 1 else render_generation_runs_json(runs))
-    else:
-        from stopdoctor.reporters.generation import render_generation_human
-
-        emit("\n".join(render_generation_human(result, color_for_stdout(color), width_for_stdout(), trace=trace, fix=fix,
-                                               evidence=evidence) for result, fix, evidence, _ in runs))
-    return max([code for *_, code in runs] + [error.exit_code for _, error in failed])
+        write_document(render_generation_html(_html_runs(model, runs)), Path(html), "the HTML report")
+    report = api.generation_report(model, runs)
+    write_report(report, format, output, color, trace=trace)
+    return report.exit_code()
 
 
-def _run_one(plan, engine, built, max_new_tokens, how, served: bool):
-    """One generation, its fix line and its stop evidence, and its exit code."""
+def _html_runs(model: str, runs) -> list:
+    """(result, fix, evidence, exit code) per run, as the HTML page draws them; each run's code by
+    the one rule (its own Report)."""
+    from dataclasses import replace
+
     from stopdoctor import api
-    from stopdoctor.fix import generate_fix
 
-    mode = "" if built.thinking == "default" else f" (thinking {built.thinking})"
-    with working(f"generating up to {max_new_tokens} tokens{mode}…"):
-        result = api.generate(plan, engine, built, max_new_tokens, how)
-    missed = result.diagnosis.should_have_stopped
-    fix = generate_fix(plan.context.analysis, missed.id, missed.text, plan.stops.source, served) if missed else None
-    evidence = None
-    if api.needs_stop_evidence(plan, result):
-        with working("the run went to the budget: measuring whether the weights can end a turn…"):
-            evidence = api.stop_evidence(plan, engine)
-    return result, fix, evidence, api.generation_exit_code(result, evidence)
+    return [(run.result, run.fix, run.evidence, api.generation_report(model, replace(runs, runs=(run,), failed=())).exit_code())
+            for run in runs.runs]

@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
-from stopdoctor.cli.app import ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, RevisionOpt, app, chosen_format, handles_errors, parse_severity
-from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, working, write_report
+from stopdoctor.cli.app import (ColorOpt, FailOnOpt, FormatOpt, JsonOpt, ModelArg, OutputOpt, PlainFormatOpt, RevisionOpt, app,
+                                chosen_format, handles_errors, parse_severity)
+from stopdoctor.cli.output import working, write_report
 
 
 @app.command()
@@ -19,7 +20,7 @@ def inspect(model: ModelArg, revision: RevisionOpt = None, json: JsonOpt = False
             html: Annotated[str | None, typer.Option("--html", metavar="FILE", help="Also write one self-contained HTML page: the findings with fixes, the stop ids per runtime side by side, the rendered prompt with its special tokens highlighted.")] = None) -> int:
     """Find why a model would not stop: end-of-turn vs stop ids, template mismatches, base vs instruct."""
     threshold = parse_severity(fail_on)
-    format = chosen_format(format, json)
+    format = chosen_format(format, json, "inspect")
     from stopdoctor.api import inspect_model, inspect_report
 
     with working(f"inspecting {model}…"):
@@ -49,30 +50,19 @@ def _write_inspect_html(result, model: str, revision: str | None, html: str) -> 
 
 @app.command()
 @handles_errors
-def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A check code (SD101) or name to explain.")] = None,
-          json: JsonOpt = False, color: ColorOpt = None) -> int:
-    """List the checks, or explain one."""
-    from stopdoctor.api import find_rule, rules
+def rules(code: Annotated[str | None, typer.Argument(metavar="[CODE]", help="A rule code (SD101) or name to explain.")] = None,
+          json: JsonOpt = False, color: ColorOpt = None, format: PlainFormatOpt = None, output: OutputOpt = None) -> int:
+    """List the rules, or explain one."""
+    from stopdoctor.api import find_rule, rules, rules_report
     from stopdoctor.core.errors import InputError
 
+    format = chosen_format(format, json, "rules")
     if code is not None:
         found = find_rule(code)
         if found is None:
-            raise InputError(f"no check {code!r}", hint="`stopdoctor rules` lists them")
-        checks = [found]
+            raise InputError(f"no rule {code!r}", hint="`stopdoctor rules` lists them")
+        report = rules_report([found], detail=True)
     else:
-        checks = rules()
-    if json:
-        import json as json_module
-
-        from stopdoctor.reporters.document import header
-
-        emit(json_module.dumps({**header("stopdoctor.rules/1"), "rules": [
-            {"code": c.code, "name": c.name, "severity": c.severity.label, "summary": c.summary, "doc": c.sections}
-            for c in checks
-        ]}, indent=2) + "\n")
-    else:
-        from stopdoctor.reporters.human import render_rules_human
-
-        emit(render_rules_human(checks, color_for_stdout(color), width_for_stdout(), detail=code is not None))
-    return 0
+        report = rules_report(rules())
+    write_report(report, format, output, color)
+    return report.exit_code()

@@ -99,7 +99,7 @@ def labels(
 ) -> int:
     """Check that fine-tuning on a dataset trains the end-of-turn token: labels built as the SFT collators do."""
     threshold = parse_severity(fail_on)
-    format = chosen_format(format, json)
+    format = chosen_format(format, json, "labels")
     from stopdoctor.api import check_labels_of, labels_report, load
     from stopdoctor.core.errors import InputError
     from stopdoctor.api import COLLATORS, LabelSettings, stop_string, training_template
@@ -116,9 +116,9 @@ def labels(
         facts = load(model, revision)
     progress = _Progress("labelling")  # its own live display: not inside `working`'s spinner
     try:
-        report = check_labels_of(facts, str(data), settings, limit, progress)
+        result = check_labels_of(facts, str(data), settings, limit, progress)
     finally:
         progress.close()
-    result = labels_report(report, str(data), threshold)
-    write_report(result, format, output, color, show=show)
-    return result.exit_code()
+    report = labels_report(result, str(data), threshold)
+    write_report(report, format, output, color, show=show)
+    return report.exit_code()

@@ -101,7 +101,7 @@ def logs(
 ) -> int:
     """How often logged responses stopped for the wrong reason: cut by the budget, or ran on into a fake next turn."""
     threshold = parse_severity(fail_on)
-    format = chosen_format(format, json)
+    format = chosen_format(format, json, "logs")
     from stopdoctor.core.errors import InputError
     from stopdoctor.api import analyze_log_files, logs_report, logs_settings, logs_sql
 

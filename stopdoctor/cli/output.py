@@ -159,11 +159,14 @@ def write_document(text: str, output: Path | None, what: str) -> None:
 
 
 def write_report(report, format: str, output: Path | None, color: bool | None, *, exit_zero: bool = False,
-                 show: int = 0) -> None:
+                 show: int = 0, ids: bool = False, trace: bool = False) -> None:
     """Render a `Report` in `format` (stopdoctor.reporters.formats) to stdout or `output`; paths in
     SARIF/JUnit/GitHub are relative to the current directory, colour only on a terminal."""
     from stopdoctor.reporters.formats import Options, render
 
     options = Options(Path.cwd(), color_for_stdout(color) if output is None else False, width_for_stdout(),
-                      exit_zero, show)
-    write_document(render(format, report, options), output, f"{format} report")
+                      exit_zero, show, ids, trace)
+    text = render(format, report, options)
+    if output is None and not text:
+        return  # nothing to show (fix with nothing to change): no empty write
+    write_document(text, output, f"{format} report")

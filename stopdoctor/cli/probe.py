@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import ColorOpt, JsonOpt, RevisionOpt, app, handles_errors
-from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, OutputOpt, PlainFormatOpt, RevisionOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import say, working, write_report
 
 
 @app.command("probe-stop", options_metavar="--model MODEL [OPTIONS]")
@@ -29,14 +29,17 @@ def probe_stop(
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
+    format: PlainFormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """Show how each stop string tokenizes after typical text, where an id match misses, and false positives."""
     from stopdoctor.core.errors import InputError
 
+    format = chosen_format(format, json, "probe-stop")
     if model is None:
         raise InputError("probe-stop needs --model: stop strings tokenize differently in every vocabulary",
                          hint='e.g. stopdoctor probe-stop "\\nUser:" --model HuggingFaceTB/SmolLM2-135M-Instruct')
-    from stopdoctor.api import probe_stops, stop_string
+    from stopdoctor.api import probe_stop_report, probe_stops, stop_string
 
     texts = [stop_string(s) for s in stops or []]
     if not texts and not from_template:
@@ -45,12 +48,6 @@ def probe_stop(
         report = probe_stops(model, texts, from_template=from_template, corpus=corpus, revision=revision)
     for note in report.notes:
         say(f"stopdoctor: {note}")
-    if json:
-        from stopdoctor.reporters.probe_text import render_probe_json
-
-        emit(render_probe_json(report))
-    else:
-        from stopdoctor.reporters.probe_text import render_probe_human
-
-        emit(render_probe_human(report, color=color_for_stdout(color), width=width_for_stdout()))
-    return 1 if fail_on_miss and report.failed else 0
+    judged = probe_stop_report(model, report, fail_on_miss)
+    write_report(judged, format, output, color)
+    return judged.exit_code()

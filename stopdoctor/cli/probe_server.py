@@ -12,9 +12,6 @@ import typer
 from stopdoctor.cli.app import ColorOpt, JsonOpt, OutputOpt, app, chosen_format, handles_errors
 from stopdoctor.cli.output import say, working, write_report
 
-FORMATS = ("human", "json")
-
-
 @app.command("probe-server")
 @handles_errors
 def probe_server(
@@ -37,9 +34,7 @@ def probe_server(
 
     import math
 
-    chosen = chosen_format(format, json)
-    if chosen not in FORMATS:
-        raise InputError(f"--format {chosen}: probe-server writes {' or '.join(FORMATS)}")
+    chosen = chosen_format(format, json, "probe-server")
     if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= 3600):
         raise InputError(f"--timeout {timeout}: give seconds between 0 and 3600")
     from stopdoctor.api import probe_server as run, probe_server_report

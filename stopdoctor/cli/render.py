@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from stopdoctor.cli.app import ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, RevisionOpt, app, handles_errors, message_pairs
-from stopdoctor.cli.output import color_for_stdout, emit, say, width_for_stdout, working
+from stopdoctor.cli.app import (ColorOpt, JsonOpt, MessageOpt, MessagePairCommand, ModelArg, OutputOpt, PlainFormatOpt,
+                                RevisionOpt, app, chosen_format, handles_errors, message_pairs)
+from stopdoctor.cli.output import say, working, write_report
 
 MessagesOpt = Annotated[Path | None, typer.Option(
     "--messages", help="JSON list of messages, or JSONL with one conversation a line.", show_default=False)]
@@ -36,11 +37,14 @@ def render(
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
+    format: PlainFormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """Show the prompt the runtime builds (special tokens and newlines visible), its token ids, or a template diff."""
-    from stopdoctor.api import read_conversations, read_tools, render_prompts
+    from stopdoctor.api import read_conversations, read_tools, render_prompts, render_report
     from stopdoctor.core.errors import InputError
 
+    format = chosen_format(format, json, "render")
     if messages_file is not None and message:
         raise InputError("give --messages or -m, not both")
     if messages_file is not None:
@@ -58,15 +62,6 @@ def render(
                                 typed=bool(message))
     for note in result.notes:
         say(f"stopdoctor: {note}")
-    rendered, comparisons = result.prompts, result.comparisons
-
-    if json:
-        from stopdoctor.reporters.prompt_text import render_prompt_json
-
-        emit(render_prompt_json(rendered, comparisons))
-    else:
-        from stopdoctor.reporters.prompt_text import render_prompt_human
-
-        emit(render_prompt_human(rendered, comparisons, show_ids=ids, color=color_for_stdout(color),
-                                 width=width_for_stdout()))
-    return 0
+    report = render_report(model, result)
+    write_report(report, format, output, color, ids=ids)
+    return report.exit_code()

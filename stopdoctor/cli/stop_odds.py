@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from stopdoctor.cli.app import ColorOpt, JsonOpt, ModelArg, RevisionOpt, app, handles_errors
-from stopdoctor.cli.output import color_for_stdout, emit, width_for_stdout, working
+from stopdoctor.cli.app import ColorOpt, JsonOpt, ModelArg, OutputOpt, PlainFormatOpt, RevisionOpt, app, chosen_format, handles_errors
+from stopdoctor.cli.output import working, write_report
 
 
 @app.command("stop-odds")
@@ -29,10 +29,15 @@ def stop_odds(
     revision: RevisionOpt = None,
     json: JsonOpt = False,
     color: ColorOpt = None,
+    format: PlainFormatOpt = None,
+    output: OutputOpt = None,
 ) -> int:
     """Teacher-force conversations and report P(end-of-turn) where the turn should end: configuration bug, or weights that never learned to stop?"""
     from stopdoctor.api import stop_odds as run_stop_odds
-    from stopdoctor.core.errors import EXIT_FINDINGS, EXIT_OK, InputError
+    from stopdoctor.api import stop_odds_report
+    from stopdoctor.core.errors import InputError
+
+    format = chosen_format(format, json, "stop-odds")
 
     if data is not None and not data.is_file():
         raise InputError(f"{data}: no such data file", hint="give a JSONL file with one example a line")
@@ -44,12 +49,6 @@ def stop_odds(
         from stopdoctor.reporters.generation_html import render_stop_odds_html
 
         write_document(render_stop_odds_html(odds), Path(html), "the HTML report")
-    if json:
-        from stopdoctor.reporters.stop_odds_text import render_stop_odds_json
-
-        emit(render_stop_odds_json(odds))
-    else:
-        from stopdoctor.reporters.stop_odds_text import render_stop_odds_human
-
-        emit(render_stop_odds_human(odds, color_for_stdout(color), width_for_stdout()))
-    return EXIT_FINDINGS if odds.verdict in ("weights", "broken") else EXIT_OK
+    report = stop_odds_report(odds)
+    write_report(report, format, output, color)
+    return report.exit_code()

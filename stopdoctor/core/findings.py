@@ -1,5 +1,5 @@
 """Findings, severities, the one `Report` every command hands its reporters, and the one function
-that maps findings to an exit code.
+that maps it to an exit code (`Report.exit_code`).
 
 Plain data; imports core.types and core.errors only.
 """
@@ -43,12 +43,6 @@ class Finding:
     location: Location | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False  # listed in `check --baseline FILE`: accepted, still shown, never fails the gate
-
-
-def exit_code(findings: list[Finding], fail_on: Severity = Severity.ERROR) -> int:
-    """0 when nothing reaches `fail_on`, 1 otherwise (2 and 3 come from errors, not findings).
-    Findings accepted in a baseline never count."""
-    return EXIT_FINDINGS if any(f.severity >= fail_on and not f.baseline for f in findings) else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -99,9 +93,11 @@ class Report:
         return [s for s in self.subjects if s.error is not None]
 
     def exit_code(self, exit_zero: bool = False) -> int:
-        """2 when any subject could not be checked (the rest are still reported), else 1 when a
-        finding reaches fail-on (0 with exit_zero), else 0."""
+        """The one exit-code rule of every command: 2 when any subject could not be checked (the
+        rest are still reported), else 1 when a finding reaches fail-on (0 with exit_zero; findings
+        accepted in a baseline never count), else 0. (3, an internal error, is no report's: the
+        CLI's error handler says it.)"""
         if self.failed:
             return EXIT_CANNOT_RUN
-        code = exit_code(self.findings, self.fail_on)
-        return EXIT_OK if exit_zero and code == EXIT_FINDINGS else code
+        failing = any(f.severity >= self.fail_on and not f.baseline for f in self.findings)
+        return EXIT_FINDINGS if failing and not exit_zero else EXIT_OK

@@ -62,7 +62,7 @@ class ModelSource:
     revision: str | None = None
 
 
-KINDS = ("base", "instruct")  # what a model can be judged (Expectation.kind)
+MODEL_KINDS = ("base", "instruct")  # what a model can be judged (Expectation.kind)
 
 
 def a_kind(kind: str) -> str:

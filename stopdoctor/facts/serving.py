@@ -32,7 +32,7 @@ from stopdoctor.facts.serving_config import REQUEST, ServingConfig, Setting
 from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature, guess_engine, launcher_kind, parse_engine_command
 
 # The file formats parsed here; the other engines' command lines are read by their `CommandSyntax`.
-KINDS = ("vllm", "ollama", "llamacpp", "request")
+SERVING_KINDS = ("vllm", "ollama", "llamacpp", "request")
 MAX_SERVING_BYTES = 4 * 1024 * 1024
 MAX_STOPS = 1024  # stop strings or stop ids in one file
 
@@ -47,7 +47,7 @@ def read_serving(path: Path, kind: str | None, launchers: Mapping[str, str],
     both from the engine registry, which `runtimes.serving.load_serving` asks)."""
     path = Path(path)
     text = _read(path)
-    kinds = KINDS + tuple(commands)
+    kinds = SERVING_KINDS + tuple(commands)
     if kind is not None and kind not in kinds:
         raise InputError(f"unknown serving kind {kind!r}", hint=f"use one of {', '.join(kinds)}")
     kind = kind or guess_kind(path, text, launchers, commands.values(), signatures)

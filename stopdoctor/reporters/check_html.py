@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stopdoctor.core.findings import Severity, exit_code
+from stopdoctor.core.findings import Report, Severity
 from stopdoctor.reporters.html_page import chart, count_ticks, findings_table, page
 from stopdoctor.reporters.plain import html_isolated, html_text
 from stopdoctor.reporters.sarif import locate, relative_uri
@@ -30,7 +30,7 @@ STYLE = ("<style>.banner{font-size:1.4em;font-weight:bold;padding:.6em .9em;colo
 def subject_status(subject: Any, fail_on: Severity) -> str:
     if subject.error is not None:
         return CANNOT
-    return FAIL if exit_code(subject.findings, fail_on) else PASS
+    return FAIL if Report("check", [subject], fail_on).exit_code() else PASS  # the one rule, model by model
 
 
 def _count(findings: Any, severity: Severity) -> int:

@@ -14,7 +14,7 @@ from stopdoctor.actions.diff import ModelDiff
 from stopdoctor.reporters.document import header
 
 
-def diff_document(diff: ModelDiff) -> dict[str, Any]:
+def diff_document(diff: ModelDiff, exit_code: int) -> dict[str, Any]:
     return {
         **header("stopdoctor.diff/1"),
         "a": diff.a,
@@ -25,12 +25,12 @@ def diff_document(diff: ModelDiff) -> dict[str, Any]:
                         for d in diff.differences],
         "stop_relevant": len(diff.stop_relevant),
         "worse": len(diff.worse),
-        "exit_code": diff.exit_code(),
+        "exit_code": exit_code,  # the Report's: 1 when a difference is stop-relevant
     }
 
 
-def render_diff_json(diff: ModelDiff) -> str:
-    return json.dumps(diff_document(diff), indent=2, ensure_ascii=False, default=str) + "\n"
+def render_diff_json(diff: ModelDiff, exit_code: int) -> str:
+    return json.dumps(diff_document(diff, exit_code), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def value_text(value: object) -> str:

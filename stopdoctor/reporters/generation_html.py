@@ -26,7 +26,7 @@ from stopdoctor.reporters.plain import html_isolated, html_text
 # What a token could have done to the turn; the stream's classes and the chart's legend.
 STOPPED, MISSED, ENDER, SPECIAL, PLAIN = ("in the stop set", "missed stop", "could end the turn, not a stop id",
                                           "other special token", "ordinary token")
-KINDS = {STOPPED: ("stop", "#2e7d32"), MISSED: ("missed", "#c62828"), ENDER: ("ender", "#ef6c00"),
+TOKEN_KINDS = {STOPPED: ("stop", "#2e7d32"), MISSED: ("missed", "#c62828"), ENDER: ("ender", "#ef6c00"),
          SPECIAL: ("special", "#1565c0"), PLAIN: ("plain", "#90a4ae")}
 FLOOR = 1e-12  # a log axis cannot draw 0: smaller odds are drawn at this floor (the numbers stay exact)
 
@@ -51,7 +51,7 @@ def _kind(step: Any, stop_ids: set[int], enders: dict[int, Any], missed_step: in
 
 def _key() -> str:
     return '<p class="key">' + "".join(f'<span><span class="tok {css}">&nbsp;{html_text(name)}&nbsp;</span></span>'
-                                       for name, (css, _) in KINDS.items()) + "</p>"
+                                       for name, (css, _) in TOKEN_KINDS.items()) + "</p>"
 
 
 def _stream(result: Any) -> str:
@@ -63,7 +63,7 @@ def _stream(result: Any) -> str:
     for s in g.steps:
         kind = _kind(s, stop_ids, result.enders, missed)
         odds = f", P(end-of-turn) {s.p_end_of_turn:.3g}" if s.p_end_of_turn is not None else ""
-        spans.append(f'<span class="tok {KINDS[kind][0]}" data-step="{s.step}" data-id="{s.id}" '
+        spans.append(f'<span class="tok {TOKEN_KINDS[kind][0]}" data-step="{s.step}" data-id="{s.id}" '
                      f'title="step {s.step}, id {s.id}{odds}: {html_text(kind)}">{html_text(s.text)}</span>')
     return f'<div class="stream">{"".join(spans)}</div>'
 
@@ -97,7 +97,7 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
     if g.finish_reason == "stop" and cause.step is not None and cause.step >= 0:
         marks.append({"step": cause.step, "colour": "#2e7d32", "label": "stopped",
                       "line": f"green dashed line: the stop that ended the run, at step {cause.step}"})
-    kinds = [k for k in KINDS if any(v["kind"] == k for v in values)]
+    kinds = [k for k in TOKEN_KINDS if any(v["kind"] == k for v in values)]
     x = {"field": "step", "type": "quantitative", "scale": {"domain": [0, max(len(g.steps) - 1, 1)], "nice": False},
          "axis": {"title": "step (generated token)", "format": "d", "tickMinStep": 1}}
     y = {"field": "drawn", "type": "quantitative", "scale": {"type": "log", "domain": domain},
@@ -107,7 +107,7 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
         {"mark": {"type": "point", "filled": True, "size": 45}, "encoding": {
             "x": x, "y": y,
             "color": {"field": "kind", "type": "nominal", "title": None,
-                      "scale": {"domain": kinds, "range": [KINDS[k][1] for k in kinds]},
+                      "scale": {"domain": kinds, "range": [TOKEN_KINDS[k][1] for k in kinds]},
                       "legend": {"orient": "top", "labelLimit": 400}},
             "tooltip": [{"field": "step"}, {"field": "id"}, {"field": "token"}, {"field": "shown", "title": "P(end-of-turn)"},
                         {"field": "kind"}]}}]

@@ -6,7 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from stopdoctor.rules.results import InspectResult
-from stopdoctor.rules.registry import Check
+from stopdoctor.rules.registry import Rule
 from stopdoctor.core.findings import Severity
 from stopdoctor.runtimes.stops import RUNTIMES
 from stopdoctor.reporters.console import capture, text_of
@@ -119,7 +119,7 @@ def print_findings(out, findings, unfinished: str | None = None) -> None:
     out.print(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info")
 
 
-def render_rules_human(checks: list[Check], color: bool = False, width: int = 100, detail: bool = False) -> str:
+def render_rules_human(checks: list[Rule], color: bool = False, width: int = 100, detail: bool = False) -> str:
     out = capture(color, width)
     if detail:
         for check in checks:

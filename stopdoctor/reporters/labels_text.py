@@ -17,8 +17,8 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 
-from stopdoctor.rules.results import LabelsReport
-from stopdoctor.actions.labels.result import CAUSES, LabelledExample, LabelsResult
+from stopdoctor.rules.results import LabelsResult
+from stopdoctor.actions.labels.result import CAUSES, LabelledExample, DatasetLabels
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings
 from stopdoctor.reporters.document import finding, header, location, summary
@@ -43,7 +43,7 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "n/a"
 
 
-def token_display(example: LabelledExample, position: int, result: LabelsResult) -> str:
+def token_display(example: LabelledExample, position: int, result: DatasetLabels) -> str:
     start, end = example.offsets[position]
     token_id = example.ids[position]
     text = example.text[start:end] if end > start else result.token_text(token_id)
@@ -62,7 +62,7 @@ def _runs(example: LabelledExample) -> list[tuple[bool, int, int]]:
     return runs
 
 
-def _render_example(out, example: LabelledExample, result: LabelsResult, width: int) -> None:
+def _render_example(out, example: LabelledExample, result: DatasetLabels, width: int) -> None:
     trained = sum(example.trained)
     truncated = f", cut from {example.full_length}" if (example.full_length or 0) > len(example.ids) else ""
     out.print(f"[bold]example {example.index}[/]  ({example.kind}, collator {example.collator}, "
@@ -97,9 +97,9 @@ def _render_example(out, example: LabelledExample, result: LabelsResult, width: 
     out.print()
 
 
-def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False, width: int = 100) -> str:
+def render_labels_human(report: LabelsResult, show: int = 0, color: bool = False, width: int = 100) -> str:
     out = capture(color, width)
-    result: LabelsResult = report.labels  # type: ignore[assignment]
+    result: DatasetLabels = report.labels  # type: ignore[assignment]
     settings = result.settings
     collators = ", ".join(result.collators) or settings.collator
     limit = f", max length {settings.max_length}" if settings.max_length else ""
@@ -152,7 +152,7 @@ def render_labels_human(report: LabelsReport, show: int = 0, color: bool = False
     return text_of(out)
 
 
-def _example_json(example: LabelledExample, result: LabelsResult) -> dict[str, Any]:
+def _example_json(example: LabelledExample, result: DatasetLabels) -> dict[str, Any]:
     return {
         "index": example.index,
         "kind": example.kind,
@@ -170,8 +170,8 @@ def _span_json(span) -> dict[str, Any]:
             "trained": span.trained, "cause": span.cause}
 
 
-def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
-    result: LabelsResult = report.labels  # type: ignore[assignment]
+def labels_document(report: LabelsResult, show: int = 0) -> dict[str, Any]:
+    result: DatasetLabels = report.labels  # type: ignore[assignment]
     settings = result.settings
     checked, spans = result.checked, result.spans
     causes = result.cause_counts()
@@ -212,5 +212,5 @@ def labels_document(report: LabelsReport, show: int = 0) -> dict[str, Any]:
     }
 
 
-def render_labels_json(report: LabelsReport, show: int = 0) -> str:
+def render_labels_json(report: LabelsResult, show: int = 0) -> str:
     return json.dumps(labels_document(report, show), indent=2, ensure_ascii=False) + "\n"

@@ -17,7 +17,7 @@ from typing import Any
 
 from stopdoctor import __version__
 from stopdoctor.rules.runner import REGISTRY
-from stopdoctor.rules.registry import Check
+from stopdoctor.rules.registry import Rule
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -80,25 +80,26 @@ def relative_uri(path: Path, base: Path) -> tuple[str, bool]:
         return absolute(path).as_uri(), False
 
 
-def rule(check: Check, level: Severity) -> dict[str, Any]:
-    sections = check.sections
-    help_text = "\n\n".join(f"{heading}:\n{body}" for heading, body in sections.items()) or check.summary
-    help_markdown = "\n\n".join(f"**{heading}**\n\n{body}" for heading, body in sections.items()) or check.summary
+def descriptor(rule: Rule, level: Severity) -> dict[str, Any]:
+    """The SARIF reportingDescriptor of a rule: its code, name and doc."""
+    sections = rule.sections
+    help_text = "\n\n".join(f"{heading}:\n{body}" for heading, body in sections.items()) or rule.summary
+    help_markdown = "\n\n".join(f"**{heading}**\n\n{body}" for heading, body in sections.items()) or rule.summary
     return {
-        "id": check.code,
-        "name": check.name,
-        "shortDescription": {"text": check.summary},
-        "fullDescription": {"text": sections.get("What it checks", check.summary)},
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": sections.get("What it checks", rule.summary)},
         "help": {"text": help_text, "markdown": help_markdown},
         "defaultConfiguration": {"level": LEVEL[level]},
-        "properties": {"tags": ["stopdoctor", check.code[:3] + "xx"]},
+        "properties": {"tags": ["stopdoctor", rule.code[:3] + "xx"]},
     }
 
 
 def sarif_document(report: Report, base: Path) -> dict[str, Any]:
     levels = report.levels
     codes = sorted({c for m in report.subjects for c in m.checks} | {f.code for f in report.findings})
-    rules = [rule(REGISTRY[c], levels.get(c, REGISTRY[c].severity)) for c in codes if c in REGISTRY]
+    rules = [descriptor(REGISTRY[c], levels.get(c, REGISTRY[c].severity)) for c in codes if c in REGISTRY]
     index = {r["id"]: i for i, r in enumerate(rules)}
     results = []
     for model in report.subjects:

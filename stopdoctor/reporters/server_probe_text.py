@@ -25,7 +25,7 @@ SCHEMA = "stopdoctor.probe-server/1"
 STYLES = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 
-def server_probe_document(report: ServerProbeReport) -> dict[str, Any]:
+def server_probe_document(report: ServerProbeReport, exit_code: int) -> dict[str, Any]:
     identity, expected = report.identity, report.expectation
     return {
         **header(SCHEMA),
@@ -41,12 +41,12 @@ def server_probe_document(report: ServerProbeReport) -> dict[str, Any]:
         "summary": {s: sum(1 for p in report.probes if p.status == s) for s in STATUSES},
         "requests": report.requests,
         "seconds": round(report.seconds, 3),
-        "exit_code": 1 if report.failed else 0,
+        "exit_code": exit_code,  # the Report's: 1 when a probe failed
     }
 
 
-def render_server_probe_json(report: ServerProbeReport) -> str:
-    return json.dumps(server_probe_document(report), indent=2, ensure_ascii=False) + "\n"
+def render_server_probe_json(report: ServerProbeReport, exit_code: int) -> str:
+    return json.dumps(server_probe_document(report, exit_code), indent=2, ensure_ascii=False) + "\n"
 
 
 def _evidence_line(item: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import ServingInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 from stopdoctor.runtimes.advice import serving_stop_lines
 
 # Tokens that frame the middle of an assistant turn, by what they do there. Each counts only when
@@ -46,8 +46,8 @@ def inside_turn(analysis: Analysis, text: str) -> tuple[str, str] | None:
     return None
 
 
-@check("SD420", "stop-inside-turn", Severity.ERROR, input=ServingInput)
-def stop_inside_turn(subject: ServingInput, self: Check):
+@rule("SD420", "stop-inside-turn", Severity.ERROR, input=ServingInput)
+def stop_inside_turn(subject: ServingInput, self: Rule):
     """A configured stop the template writes inside an assistant turn: replies end too early.
 
     What it checks:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import ServingInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 from stopdoctor.facts.card import card_output_tokens
 from stopdoctor.facts.serving import is_ollama_native
 from stopdoctor.runtimes.defaults import COMPLETIONS_DEFAULT, OLLAMA_CONTEXT
 from stopdoctor.runtimes.engines import serving_engine
 
 
-@check("SD430", "default-budget-truncates", Severity.WARNING, input=ServingInput)
-def default_budget_truncates(subject: ServingInput, self: Check):
+@rule("SD430", "default-budget-truncates", Severity.WARNING, input=ServingInput)
+def default_budget_truncates(subject: ServingInput, self: Rule):
     """A completions request names no max_tokens: vLLM, SGLang and llama-cpp-python stop it at 16.
 
     What it checks:
@@ -51,8 +51,8 @@ def default_budget_truncates(subject: ServingInput, self: Check):
         default=COMPLETIONS_DEFAULT[0].value, runtimes=[d.runtime for d in COMPLETIONS_DEFAULT])
 
 
-@check("SD431", "ollama-context-truncates", Severity.WARNING, input=ServingInput)
-def ollama_context_truncates(subject: ServingInput, self: Check):
+@rule("SD431", "ollama-context-truncates", Severity.WARNING, input=ServingInput)
+def ollama_context_truncates(subject: ServingInput, self: Rule):
     """An Ollama Modelfile names no num_ctx while the output it asks for cannot fit Ollama's default context.
 
     What it checks:

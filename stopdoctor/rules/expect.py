@@ -9,11 +9,11 @@ from __future__ import annotations
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import a_kind
 from stopdoctor.rules.inputs import ExpectationInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 
-@check("SD501", "expectation-failed", Severity.ERROR, input=ExpectationInput)
-def expectation_failed(subject: ExpectationInput, self: Check):
+@rule("SD501", "expectation-failed", Severity.ERROR, input=ExpectationInput)
+def expectation_failed(subject: ExpectationInput, self: Rule):
     """The model is not what the project's stopdoctor configuration says it is.
 
     What it checks:

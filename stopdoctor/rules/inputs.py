@@ -14,8 +14,8 @@ from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 
 if TYPE_CHECKING:  # the commands that build these import them; `inspect` need not (numpy, duckdb's helpers)
-    from stopdoctor.actions.labels.result import LabelsResult
-    from stopdoctor.actions.logs.query import LogsReport
+    from stopdoctor.actions.labels.result import DatasetLabels
+    from stopdoctor.actions.logs.query import LogsSummary
     from stopdoctor.analysis.weights import WeightsReport
 
 # A model's files and what was derived from them: the rules of SD1xx-SD3xx take the `Analysis`
@@ -44,14 +44,14 @@ class LabelsInput:
     """A model and the training labels built from a dataset for it (SD6xx)."""
 
     analysis: Analysis
-    labels: LabelsResult
+    labels: DatasetLabels
 
 
 @dataclass(frozen=True)
 class LogsInput:
     """Response logs, read with or without a model (SD7xx)."""
 
-    logs: LogsReport
+    logs: LogsSummary
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class ComparisonInput:
     original: Analysis
 
 
-KINDS: dict[type, str] = {
+INPUT_KINDS: dict[type, str] = {
     Analysis: "model",
     ServingInput: "serving",
     ExpectationInput: "expectation",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Severity
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 
-@check("SD301", "base-model-with-chat-template", Severity.INFO)
-def base_model_with_chat_template(analysis: Analysis, self: Check):
+@rule("SD301", "base-model-with-chat-template", Severity.INFO)
+def base_model_with_chat_template(analysis: Analysis, self: Rule):
     """A base model ships a chat template it was never trained on.
 
     What it checks:

@@ -12,16 +12,16 @@ collator behaviour each doc cites was read from the sources: transformers
 
 from __future__ import annotations
 
-from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelsResult
+from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, DatasetLabels
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import LabelsInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 _SHOWN_INDICES = 8
 
 
-def _share(result: LabelsResult, causes: tuple[str, ...]) -> tuple[str, list[int], int]:
+def _share(result: DatasetLabels, causes: tuple[str, ...]) -> tuple[str, list[int], int]:
     spans = [s for s in result.spans if s.cause in causes]
     indices = sorted({e.index for e in result.examples for s in e.spans if s.cause in causes})
     shown = ", ".join(str(i) for i in indices[:_SHOWN_INDICES]) + (", …" if len(indices) > _SHOWN_INDICES else "")
@@ -30,15 +30,15 @@ def _share(result: LabelsResult, causes: tuple[str, ...]) -> tuple[str, list[int
     return text, indices, len(spans)
 
 
-def _end_text(result: LabelsResult, causes: tuple[str, ...]) -> str:
+def _end_text(result: DatasetLabels, causes: tuple[str, ...]) -> str:
     ids = sorted({s.end_id for s in result.spans if s.cause in causes and s.end_id is not None})
     if ids:
         return " / ".join(f"{result.token_text(i)} (id {i})" for i in ids)
     return " / ".join(result.end_markers) or "the end-of-turn"
 
 
-@check("SD601", "end-of-turn-not-trained", Severity.ERROR, input=LabelsInput)
-def end_of_turn_not_trained(subject: LabelsInput, self: Check):
+@rule("SD601", "end-of-turn-not-trained", Severity.ERROR, input=LabelsInput)
+def end_of_turn_not_trained(subject: LabelsInput, self: Rule):
     """Under assistant-only, Axolotl or completion-only loss the end-of-turn token is masked out of the labels.
 
     What it checks:
@@ -98,8 +98,8 @@ def end_of_turn_not_trained(subject: LabelsInput, self: Check):
     yield self.finding(message, fix, location, examples=indices, spans=spans, end_of_turn=end)
 
 
-@check("SD602", "pad-masks-eos", Severity.ERROR, input=LabelsInput)
-def pad_masks_eos(subject: LabelsInput, self: Check):
+@rule("SD602", "pad-masks-eos", Severity.ERROR, input=LabelsInput)
+def pad_masks_eos(subject: LabelsInput, self: Rule):
     """The collator masks every pad-id token, and the pad token is the end-of-turn (or eos) token.
 
     What it checks:
@@ -135,7 +135,7 @@ def pad_masks_eos(subject: LabelsInput, self: Check):
                        pad_id=result.pad_id, suggested_pad_token=candidate)
 
 
-def _pad_location(result: LabelsResult) -> Location | None:
+def _pad_location(result: DatasetLabels) -> Location | None:
     """Where the pad token the collator used is declared: the tokenizer's files first."""
     if result.settings.pad_token is not None:
         return None
@@ -151,7 +151,7 @@ def _pad_location(result: LabelsResult) -> Location | None:
     return Location("tokenizer_config.json", "pad_token")
 
 
-def _distinct_pad(result: LabelsResult) -> str | None:
+def _distinct_pad(result: DatasetLabels) -> str | None:
     vocab = result.facts.vocab
     avoid = set(result.end_markers) | {result.facts.token_text("bos") or ""}
     if result.eos_id is not None:
@@ -164,8 +164,8 @@ def _distinct_pad(result: LabelsResult) -> str | None:
     return None
 
 
-@check("SD603", "truncation-drops-end-of-turn", Severity.WARNING, input=LabelsInput)
-def truncation_drops_end_of_turn(subject: LabelsInput, self: Check):
+@rule("SD603", "truncation-drops-end-of-turn", Severity.WARNING, input=LabelsInput)
+def truncation_drops_end_of_turn(subject: LabelsInput, self: Rule):
     """Examples longer than the training sequence length lose their end-of-turn to truncation.
 
     What it checks:
@@ -195,8 +195,8 @@ def truncation_drops_end_of_turn(subject: LabelsInput, self: Check):
                        None, examples=indices, spans=spans, max_length=result.settings.max_length, longest=longest)
 
 
-@check("SD604", "eos-not-appended", Severity.ERROR, input=LabelsInput)
-def eos_not_appended(subject: LabelsInput, self: Check):
+@rule("SD604", "eos-not-appended", Severity.ERROR, input=LabelsInput)
+def eos_not_appended(subject: LabelsInput, self: Rule):
     """An example (or assistant turn) has no end-of-turn or eos token at its end.
 
     What it checks:
@@ -234,8 +234,8 @@ def eos_not_appended(subject: LabelsInput, self: Check):
                        examples=indices, spans=spans, eos=eos)
 
 
-@check("SD605", "end-of-turn-split", Severity.ERROR, input=LabelsInput)
-def end_of_turn_split(subject: LabelsInput, self: Check):
+@rule("SD605", "end-of-turn-split", Severity.ERROR, input=LabelsInput)
+def end_of_turn_split(subject: LabelsInput, self: Rule):
     """The end-of-turn text is tokenized as several ordinary tokens in the training data.
 
     What it checks:
@@ -263,8 +263,8 @@ def end_of_turn_split(subject: LabelsInput, self: Check):
                        examples=indices, spans=spans)
 
 
-@check("SD606", "thought-training-mismatch", Severity.WARNING, input=LabelsInput)
-def thought_training_mismatch(subject: LabelsInput, self: Check):
+@rule("SD606", "thought-training-mismatch", Severity.WARNING, input=LabelsInput)
+def thought_training_mismatch(subject: LabelsInput, self: Rule):
     """Reasoning rows train a thought without its close marker, or keep earlier turns' thoughts the template drops.
 
     What it checks:

@@ -1,6 +1,6 @@
 """SD7xx: response logs — how often served answers stopped for the wrong reason.
 
-These rules check a `LogsInput` (a `LogsReport` inside). Thresholds come
+These rules check a `LogsInput` (a `LogsSummary` inside). Thresholds come
 from the report's `LogsSettings` (`stopdoctor logs --max-length-share/--max-turn-share`).
 Imports: report, model, and the logs data classes (no DuckDB).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import LogsInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 
 def _where(example) -> Location:
@@ -22,8 +22,8 @@ def _percent(share: float) -> str:
     return f"{share * 100:.1f}%" if share >= 0.001 or share == 0 else f"{share * 100:.3f}%"
 
 
-@check("SD701", "budget-truncation-rate", Severity.WARNING, input=LogsInput)
-def budget_truncation_rate(subject: LogsInput, self: Check):
+@rule("SD701", "budget-truncation-rate", Severity.WARNING, input=LogsInput)
+def budget_truncation_rate(subject: LogsInput, self: Rule):
     """More logged answers than the threshold ended because they ran out of token budget.
 
     What it checks:
@@ -58,8 +58,8 @@ def budget_truncation_rate(subject: LogsInput, self: Check):
         count=cut.count, share=cut.share, threshold=threshold, mid_sentence=mid, by_model=cut.by_model)
 
 
-@check("SD702", "hallucinated-turns-in-logs", Severity.ERROR, input=LogsInput)
-def hallucinated_turns_in_logs(subject: LogsInput, self: Check):
+@rule("SD702", "hallucinated-turns-in-logs", Severity.ERROR, input=LogsInput)
+def hallucinated_turns_in_logs(subject: LogsInput, self: Rule):
     """Logged answers go on to write the next user or system turn themselves.
 
     What it checks:
@@ -96,8 +96,8 @@ def hallucinated_turns_in_logs(subject: LogsInput, self: Check):
         lines=[e.line for e in turns.examples])
 
 
-@check("SD703", "end-of-turn-text-in-logs", Severity.WARNING, input=LogsInput)
-def end_of_turn_text_in_logs(subject: LogsInput, self: Check):
+@rule("SD703", "end-of-turn-text-in-logs", Severity.WARNING, input=LogsInput)
+def end_of_turn_text_in_logs(subject: LogsInput, self: Rule):
     """Logged answers contain an end-of-turn token's text with more text after it.
 
     What it checks:
@@ -129,7 +129,7 @@ def end_of_turn_text_in_logs(subject: LogsInput, self: Check):
         count=ran.count, share=ran.share, by_model=ran.by_model, lines=[e.line for e in ran.examples])
 
 
-def _lie(subject: LogsInput, self: Check, key: str, message: str, fix: str):
+def _lie(subject: LogsInput, self: Rule, key: str, message: str, fix: str):
     logs = subject.logs
     problem = logs.problems.get(key)
     if not logs.responses or problem is None or problem.count == 0:
@@ -142,8 +142,8 @@ def _lie(subject: LogsInput, self: Check, key: str, message: str, fix: str):
         count=problem.count, share=problem.share, by_model=problem.by_model, lines=[e.line for e in problem.examples])
 
 
-@check("SD704", "truncated-but-reported-finished", Severity.WARNING, input=LogsInput)
-def truncated_but_reported_finished(subject: LogsInput, self: Check):
+@rule("SD704", "truncated-but-reported-finished", Severity.WARNING, input=LogsInput)
+def truncated_but_reported_finished(subject: LogsInput, self: Rule):
     """Answers reported as finished (`stop`, `tool_calls`) used exactly their token budget.
 
     What it checks:
@@ -168,8 +168,8 @@ def truncated_but_reported_finished(subject: LogsInput, self: Check):
                     "raise max_tokens; treat an answer at the budget as cut (validate tool-call JSON)")
 
 
-@check("SD705", "degenerate-repetition", Severity.WARNING, input=LogsInput)
-def degenerate_repetition(subject: LogsInput, self: Check):
+@rule("SD705", "degenerate-repetition", Severity.WARNING, input=LogsInput)
+def degenerate_repetition(subject: LogsInput, self: Rule):
     """Answers reported `stop` end in a loop: the same words over and over.
 
     What it checks:
@@ -196,8 +196,8 @@ def degenerate_repetition(subject: LogsInput, self: Check):
                     "add a repetition/frequency penalty and check the stop configuration")
 
 
-@check("SD706", "reasoning-consumed-budget", Severity.WARNING, input=LogsInput)
-def reasoning_consumed_budget(subject: LogsInput, self: Check):
+@rule("SD706", "reasoning-consumed-budget", Severity.WARNING, input=LogsInput)
+def reasoning_consumed_budget(subject: LogsInput, self: Rule):
     """The token budget was spent reasoning: cut by `length` with no answer or almost all reasoning.
 
     What it checks:
@@ -222,8 +222,8 @@ def reasoning_consumed_budget(subject: LogsInput, self: Check):
                     "raise max_tokens for reasoning models or bound the reasoning (effort, thinking budget)")
 
 
-@check("SD707", "empty-answer", Severity.WARNING, input=LogsInput)
-def empty_answer(subject: LogsInput, self: Check):
+@rule("SD707", "empty-answer", Severity.WARNING, input=LogsInput)
+def empty_answer(subject: LogsInput, self: Rule):
     """Answers reported finished (`stop`) with no answer text at all.
 
     What it checks:

@@ -15,7 +15,7 @@ from stopdoctor.runtimes.advice import gguf_eos_advice
 from stopdoctor.runtimes.sampling import GGUF_KEYS
 from stopdoctor.runtimes.stops import primary_runtime
 from stopdoctor.rules.inputs import ComparisonInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 # llama.cpp command-line flag per generation_config.json sampling key (common/arg.cpp).
 LLAMACPP_FLAGS = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
@@ -27,8 +27,8 @@ def _model_file(subject: ComparisonInput, hf_file: str) -> str:
     return next(iter(facts.source.files)) if facts.is_gguf else hf_file
 
 
-@check("SD107", "eos-dropped", Severity.WARNING, input=ComparisonInput)
-def eos_dropped(subject: ComparisonInput, self: Check):
+@rule("SD107", "eos-dropped", Severity.WARNING, input=ComparisonInput)
+def eos_dropped(subject: ComparisonInput, self: Rule):
     """The model no longer declares an eos id its original declares, and its runtime does not stop on it.
 
     What it checks:
@@ -82,8 +82,8 @@ def eos_dropped(subject: ComparisonInput, self: Check):
         runtime=runtime)
 
 
-@check("SD108", "sampling-dropped", Severity.WARNING, input=ComparisonInput)
-def sampling_dropped(subject: ComparisonInput, self: Check):
+@rule("SD108", "sampling-dropped", Severity.WARNING, input=ComparisonInput)
+def sampling_dropped(subject: ComparisonInput, self: Rule):
     """The model lacks sampling keys its original declares: runtimes fall back to their own defaults.
 
     What it checks:

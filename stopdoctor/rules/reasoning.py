@@ -31,7 +31,7 @@ from stopdoctor.facts.serving_config import REQUEST
 from stopdoctor.runtimes.engines import engine, serving_engine
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 # vLLM reasoning parsers by the framing they read (runtimes/engines/vllm.py cites each parser).
 VLLM_PARSERS = engine("vllm").reasoning_parsers  # type: ignore[union-attr]  # a registered engine
@@ -48,8 +48,8 @@ def _harmony_hazards(analysis: Analysis, ids: list[int]) -> list[tuple[int, str]
             and (why := analysis.reasoning.stop_hazard(text)) is not None]
 
 
-@check("SD150", "harmony-stop-set", Severity.ERROR)
-def harmony_stop_set(analysis: Analysis, self: Check):
+@rule("SD150", "harmony-stop-set", Severity.ERROR)
+def harmony_stop_set(analysis: Analysis, self: Rule):
     """A Harmony model (gpt-oss) stops on `<|end|>`/`<|message|>`, or not on `<|return|>`/`<|call|>`.
 
     What it checks:
@@ -86,8 +86,8 @@ def harmony_stop_set(analysis: Analysis, self: Check):
                                Location("generation_config.json", "eos_token_id"), severity, token=token_id)
 
 
-@check("SD151", "greedy-reasoning", Severity.WARNING)
-def greedy_reasoning(analysis: Analysis, self: Check):
+@rule("SD151", "greedy-reasoning", Severity.WARNING)
+def greedy_reasoning(analysis: Analysis, self: Rule):
     """A thinking model is set to greedy decoding.
 
     What it checks:
@@ -125,8 +125,8 @@ def _option(serving, *names: str):
     return next((serving.options[n] for n in names if n in serving.options), None)
 
 
-@check("SD450", "reasoning-parser-mismatch", Severity.WARNING, input=ServingInput)
-def reasoning_parser_mismatch(subject: ServingInput, self: Check):
+@rule("SD450", "reasoning-parser-mismatch", Severity.WARNING, input=ServingInput)
+def reasoning_parser_mismatch(subject: ServingInput, self: Rule):
     """The server's reasoning parser does not read the model's thought framing.
 
     What it checks:
@@ -191,7 +191,7 @@ def reasoning_parser_mismatch(subject: ServingInput, self: Check):
                            serving.location(fmt.key))
 
 
-def _llamacpp_reasoning(serving, reasoning, self: Check):
+def _llamacpp_reasoning(serving, reasoning, self: Rule):
     """llama.cpp's `--reasoning off` and `--reasoning-budget N` against what the template can do
     (the engine's `ReasoningControls` name the flags)."""
     served = serving_engine(serving.kind)
@@ -228,8 +228,8 @@ def _llamacpp_reasoning(serving, reasoning, self: Check):
                            "drop --no-jinja (the budget needs the Jinja template's parser)", serving.location(budget.key))
 
 
-@check("SD451", "reasoning-budget-too-small", Severity.WARNING, input=ServingInput)
-def reasoning_budget_too_small(subject: ServingInput, self: Check):
+@rule("SD451", "reasoning-budget-too-small", Severity.WARNING, input=ServingInput)
+def reasoning_budget_too_small(subject: ServingInput, self: Rule):
     """The token budget served to a thinking model cannot hold its thought and its answer.
 
     What it checks:
@@ -269,8 +269,8 @@ def reasoning_budget_too_small(subject: ServingInput, self: Check):
 _THOUGHT_TEXT = re.compile(r"^\s*$|^[\s\W]{1,4}$|^\s*[A-Za-z][A-Za-z ]{0,20}:?\s*$")
 
 
-@check("SD452", "stop-inside-thought", Severity.WARNING, input=ServingInput)
-def stop_inside_thought(subject: ServingInput, self: Check):
+@rule("SD452", "stop-inside-thought", Severity.WARNING, input=ServingInput)
+def stop_inside_thought(subject: ServingInput, self: Rule):
     """A stop string or id can fire inside the model's thought.
 
     What it checks:
@@ -333,8 +333,8 @@ def _served_number(serving, names: tuple[str, ...]):
         return None, setting
 
 
-@check("SD453", "reasoning-sampling-against-card", Severity.WARNING, input=ServingInput)
-def reasoning_sampling_against_card(subject: ServingInput, self: Check):
+@rule("SD453", "reasoning-sampling-against-card", Severity.WARNING, input=ServingInput)
+def reasoning_sampling_against_card(subject: ServingInput, self: Rule):
     """A thinking model is served without the presence penalty its card asks for, or greedily.
 
     What it checks:

@@ -45,14 +45,14 @@ class InspectResult:
 
 @dataclass(frozen=True)
 class LogsResult:
-    report: Any  # stopdoctor.actions.logs.query.LogsReport
+    report: Any  # stopdoctor.actions.logs.report.LogsSummary: what the query counted
     findings: list[Finding]
 
 
 @dataclass(frozen=True)
-class LabelsReport:
+class LabelsResult:
     source: ModelSource
     facts: ModelFacts
     analysis: Analysis
-    labels: object  # stopdoctor.actions.labels.build.LabelsResult
+    labels: object  # stopdoctor.actions.labels.result.DatasetLabels: the labels built per example
     findings: list[Finding]

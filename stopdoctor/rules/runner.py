@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding
 from stopdoctor.rules import registry
-from stopdoctor.rules.inputs import KINDS
-from stopdoctor.rules.registry import Check, crashed
+from stopdoctor.rules.inputs import INPUT_KINDS
+from stopdoctor.rules.registry import Rule, crashed
 
-# The modules of stopdoctor.rules whose rules check each kind of subject (`rules.inputs.KINDS`).
+# The modules of stopdoctor.rules whose rules check each kind of subject (`rules.inputs.INPUT_KINDS`).
 # tests/test_cold_imports.py imports every module of the package and checks this map against
 # what registered: a new family, or a rule of a new kind in an old one, must be listed here.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -38,7 +38,7 @@ def load_families(kind: str | None = None) -> None:
 
 
 if TYPE_CHECKING:  # pragma: no cover - at run time `__getattr__` answers
-    REGISTRY: dict[str, Check]
+    REGISTRY: dict[str, Rule]
 
 
 def __getattr__(name: str) -> Any:
@@ -50,10 +50,10 @@ def __getattr__(name: str) -> Any:
 
 def kind_of(input: type) -> str | None:
     """The name (a key of FAMILIES) of the kind of subject `input` is; None when no rule checks it."""
-    return KINDS.get(input)
+    return INPUT_KINDS.get(input)
 
 
-def rules_for(kind: type) -> list[Check]:
+def rules_for(kind: type) -> list[Rule]:
     """The registered rules that check subjects of `kind`, by code."""
     load_families(kind_of(kind))  # a kind no rule checks: every family, and none match
     rules = registry.REGISTRY
@@ -62,7 +62,7 @@ def rules_for(kind: type) -> list[Check]:
 
 def run_rules(subject: object) -> list[Finding]:
     """Run every rule registered for the subject's kind; findings most severe first."""
-    if type(subject) not in KINDS:
+    if type(subject) not in INPUT_KINDS:
         raise TypeError(f"no rule checks a {type(subject).__name__}")
     findings: list[Finding] = []
     for rule in rules_for(type(subject)):
@@ -77,7 +77,7 @@ def run_rules(subject: object) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.severity, f.code))
 
 
-def find(code_or_name: str) -> Check | None:
+def find(code_or_name: str) -> Rule | None:
     load_families()
     rules, key = registry.REGISTRY, code_or_name.strip()
     if key.upper() in rules:

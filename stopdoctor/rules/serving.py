@@ -23,7 +23,7 @@ from stopdoctor.runtimes.advice import serving_stop_lines
 from stopdoctor.runtimes.engine_stops import LLAMA_CPP_SET
 from stopdoctor.runtimes.engines import serving_engine
 from stopdoctor.runtimes.serving import served_stops
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 # vLLM applies only these keys of --override-generation-config (ModelConfig.get_diff_sampling_param).
 VLLM_OVERRIDE_APPLIED = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
@@ -63,8 +63,8 @@ def _end_markers(analysis: Analysis, serving: ServingConfig) -> list[tuple[str, 
             for m in analysis.end_of_turn]
 
 
-@check("SD401", "serving-drops-end-of-turn", Severity.ERROR, input=ServingInput)
-def serving_drops_end_of_turn(subject: ServingInput, self: Check):
+@rule("SD401", "serving-drops-end-of-turn", Severity.ERROR, input=ServingInput)
+def serving_drops_end_of_turn(subject: ServingInput, self: Rule):
     """The server, as configured, does not stop on the template's end-of-turn.
 
     What it checks:
@@ -183,8 +183,8 @@ def _also(misses: list[_Miss]) -> dict:
     return {"also": "; ".join(f"SD401 serving-drops-end-of-turn follows from it: {m.message}" for m in misses)} if misses else {}
 
 
-@check("SD402", "serving-template-mismatch", Severity.ERROR, input=ServingInput)
-def serving_template_mismatch(subject: ServingInput, self: Check):
+@rule("SD402", "serving-template-mismatch", Severity.ERROR, input=ServingInput)
+def serving_template_mismatch(subject: ServingInput, self: Rule):
     """The serving config's chat template writes other turn markers than the model's own.
 
     What it checks:
@@ -282,8 +282,8 @@ def _tokenizer(analysis: Analysis):
         return None
 
 
-@check("SD403", "stop-string-unreliable", Severity.WARNING, input=ServingInput)
-def stop_string_unreliable(subject: ServingInput, self: Check):
+@rule("SD403", "stop-string-unreliable", Severity.WARNING, input=ServingInput)
+def stop_string_unreliable(subject: ServingInput, self: Rule):
     """A stop string or stop id that will not fire where it should.
 
     What it checks:
@@ -344,8 +344,8 @@ def stop_string_unreliable(subject: ServingInput, self: Check):
                 id=token_id, text=text, misses=probe.id_match_misses)
 
 
-@check("SD404", "stop-string-false-positive", Severity.WARNING, input=ServingInput)
-def stop_string_false_positive(subject: ServingInput, self: Check):
+@rule("SD404", "stop-string-false-positive", Severity.WARNING, input=ServingInput)
+def stop_string_false_positive(subject: ServingInput, self: Rule):
     """A stop string (or ordinary stop id) that occurs inside ordinary answers.
 
     What it checks:
@@ -397,8 +397,8 @@ def stop_string_false_positive(subject: ServingInput, self: Check):
                 id=setting.value, samples=ids_hit[:5])
 
 
-@check("SD405", "ignore-eos-set", Severity.ERROR, input=ServingInput)
-def ignore_eos_set(subject: ServingInput, self: Check):
+@rule("SD405", "ignore-eos-set", Severity.ERROR, input=ServingInput)
+def ignore_eos_set(subject: ServingInput, self: Rule):
     """`ignore_eos` / `--ignore-eos` is on: the end-of-turn token no longer stops generation.
 
     What it checks:
@@ -432,8 +432,8 @@ def ignore_eos_set(subject: ServingInput, self: Check):
         f"remove {serving.ignore_eos.key}", serving.location(serving.ignore_eos.key), **evidence)
 
 
-@check("SD406", "max-tokens-truncates", Severity.WARNING, input=ServingInput)
-def max_tokens_truncates(subject: ServingInput, self: Check):
+@rule("SD406", "max-tokens-truncates", Severity.WARNING, input=ServingInput)
+def max_tokens_truncates(subject: ServingInput, self: Rule):
     """max_tokens (num_predict, -n) is too small for ordinary answers.
 
     What it checks:
@@ -475,8 +475,8 @@ def max_tokens_truncates(subject: ServingInput, self: Check):
         severity=severity, limit=limit, cut=cut, samples=len(lengths))
 
 
-@check("SD407", "serving-override-ignored", Severity.WARNING, input=ServingInput)
-def serving_override_ignored(subject: ServingInput, self: Check):
+@rule("SD407", "serving-override-ignored", Severity.WARNING, input=ServingInput)
+def serving_override_ignored(subject: ServingInput, self: Rule):
     """vLLM `--override-generation-config` sets a stop key that vLLM never applies.
 
     What it checks:

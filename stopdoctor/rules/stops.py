@@ -11,7 +11,7 @@ from stopdoctor.runtimes.advice import gguf_eos_advice
 from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import hf_runtimes
 from stopdoctor.runtimes.stops import LLAMA_CPP_EOG_TEXTS, RUNTIMES, generation_eos, llama_cpp_control_by_text, tokenizer_eos
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 HF_RUNTIMES = hf_runtimes()  # transformers, vLLM, TGI: the engine registry says which
 END_LIKE = re.compile(r"end|eos|eot|</s>|stop|return|eom", re.IGNORECASE)
@@ -32,8 +32,8 @@ def _listed_gguf_end_ids(analysis: Analysis) -> set[int]:
             if d.id is not None and d.location.key == "tokenizer.ggml.eos_token_ids"}
 
 
-@check("SD101", "end-of-turn-not-a-stop-id", Severity.ERROR)
-def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
+@rule("SD101", "end-of-turn-not-a-stop-id", Severity.ERROR)
+def end_of_turn_not_a_stop_id(analysis: Analysis, self: Rule):
     """The template's end-of-turn token is not a stop id of a runtime.
 
     What it checks:
@@ -92,8 +92,8 @@ def end_of_turn_not_a_stop_id(analysis: Analysis, self: Check):
         break  # one finding per model: the fix adds every primary id at once
 
 
-@check("SD106", "no-stop-id", Severity.ERROR)
-def no_stop_id(analysis: Analysis, self: Check):
+@rule("SD106", "no-stop-id", Severity.ERROR)
+def no_stop_id(analysis: Analysis, self: Rule):
     """transformers has no stop id at all: generation only ends at the token budget.
 
     What it checks:
@@ -130,8 +130,8 @@ def no_stop_id(analysis: Analysis, self: Check):
                        fix, location, suggested=wanted, end_of_turn=markers)
 
 
-@check("SD102", "stop-ids-disagree", Severity.WARNING)
-def stop_ids_disagree(analysis: Analysis, self: Check):
+@rule("SD102", "stop-ids-disagree", Severity.WARNING)
+def stop_ids_disagree(analysis: Analysis, self: Rule):
     """The files that declare eos disagree, so runtimes stop on different tokens.
 
     What it checks:
@@ -164,8 +164,8 @@ def stop_ids_disagree(analysis: Analysis, self: Check):
     )
 
 
-@check("SD103", "eos-id-invalid", Severity.ERROR)
-def eos_id_invalid(analysis: Analysis, self: Check):
+@rule("SD103", "eos-id-invalid", Severity.ERROR)
+def eos_id_invalid(analysis: Analysis, self: Rule):
     """An eos/stop id is outside the vocabulary, names an ordinary token, or names no end token.
 
     What it checks:
@@ -236,8 +236,8 @@ def eos_id_invalid(analysis: Analysis, self: Check):
                 first.location, ids=[d.id for d in group], expected=expected)
 
 
-@check("SD104", "pad-is-eos", Severity.WARNING)
-def pad_is_eos(analysis: Analysis, self: Check):
+@rule("SD104", "pad-is-eos", Severity.WARNING)
+def pad_is_eos(analysis: Analysis, self: Rule):
     """The pad token and the eos token are the same token.
 
     What it checks:
@@ -270,8 +270,8 @@ def pad_is_eos(analysis: Analysis, self: Check):
             pad.location, token=label, id=pad.id)
 
 
-@check("SD105", "eos-declarations-differ", Severity.INFO)
-def eos_declarations_differ(analysis: Analysis, self: Check):
+@rule("SD105", "eos-declarations-differ", Severity.INFO)
+def eos_declarations_differ(analysis: Analysis, self: Rule):
     """config.json declares an eos that generation_config.json does not, though runtimes agree.
 
     What it checks:

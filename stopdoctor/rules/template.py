@@ -8,15 +8,15 @@ from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.template.turns import render_in_shape
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 # Marker-shaped text in a rendered prompt: <|...|>, <...>, [INST]-style. Used only to list
 # evidence next to an end-of-turn marker that is not a special token.
 MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>|<[a-z_]{3,30}>|</s>")
 
 
-@check("SD201", "template-token-not-special", Severity.ERROR)
-def template_token_not_special(analysis: Analysis, self: Check):
+@rule("SD201", "template-token-not-special", Severity.ERROR)
+def template_token_not_special(analysis: Analysis, self: Rule):
     """The template's end-of-turn marker is not one special token of this vocabulary.
 
     What it checks:
@@ -51,8 +51,8 @@ def template_token_not_special(analysis: Analysis, self: Check):
                            template.location if template else None, end_of_turn=marker.text, ids=list(marker.ids), other_markers=others)
 
 
-@check("SD202", "template-never-closes-turn", Severity.ERROR)
-def template_never_closes_turn(analysis: Analysis, self: Check):
+@rule("SD202", "template-never-closes-turn", Severity.ERROR)
+def template_never_closes_turn(analysis: Analysis, self: Rule):
     """The template writes nothing after assistant content.
 
     What it checks:
@@ -80,8 +80,8 @@ def template_never_closes_turn(analysis: Analysis, self: Check):
                            template.location)
 
 
-@check("SD203", "no-chat-template", Severity.WARNING)
-def no_chat_template(analysis: Analysis, self: Check):
+@rule("SD203", "no-chat-template", Severity.WARNING)
+def no_chat_template(analysis: Analysis, self: Rule):
     """The model ships no chat template.
 
     What it checks:
@@ -117,8 +117,8 @@ def no_chat_template(analysis: Analysis, self: Check):
         where, severity=severity, verdict=kind)
 
 
-@check("SD204", "double-bos", Severity.WARNING)
-def double_bos(analysis: Analysis, self: Check):
+@rule("SD204", "double-bos", Severity.WARNING)
+def double_bos(analysis: Analysis, self: Rule):
     """The template writes bos and the tokenizer adds bos too.
 
     What it checks:
@@ -145,8 +145,8 @@ def double_bos(analysis: Analysis, self: Check):
             facts.template.location if facts.template else None, bos=bos, add_bos=str(facts.add_bos.location))
 
 
-@check("SD205", "template-ignores-generation-prompt", Severity.WARNING)
-def template_ignores_generation_prompt(analysis: Analysis, self: Check):
+@rule("SD205", "template-ignores-generation-prompt", Severity.WARNING)
+def template_ignores_generation_prompt(analysis: Analysis, self: Rule):
     """The template renders the same prompt with and without add_generation_prompt.
 
     What it checks:
@@ -182,8 +182,8 @@ def template_ignores_generation_prompt(analysis: Analysis, self: Check):
                 "wrap the assistant header in {% if add_generation_prompt %} … {% endif %}", template.location, header=opened)
 
 
-@check("SD207", "template-renders-no-conversation", Severity.WARNING)
-def template_renders_no_conversation(analysis: Analysis, self: Check):
+@rule("SD207", "template-renders-no-conversation", Severity.WARNING)
+def template_renders_no_conversation(analysis: Analysis, self: Rule):
     """The chat template renders no plain user/assistant conversation; its end of turn was read from its source.
 
     What it checks:
@@ -216,8 +216,8 @@ def template_renders_no_conversation(analysis: Analysis, self: Check):
         template.location, severity=Severity.INFO if on_purpose else None, reason=turns.static)
 
 
-@check("SD206", "templates-differ", Severity.INFO)
-def templates_differ(analysis: Analysis, self: Check):
+@rule("SD206", "templates-differ", Severity.INFO)
+def templates_differ(analysis: Analysis, self: Rule):
     """The model stores its default template in more than one place, with different text.
 
     What it checks:

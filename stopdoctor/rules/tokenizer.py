@@ -22,7 +22,7 @@ from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.facts.gguf_pretokenizer import byte_level_texts, families, llama_cpp_pre_tokenizer, split_text, unreachable
 from stopdoctor.facts.gguf_special import USER_DEFINED_TEXTS
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 from stopdoctor.runtimes.stops import llama_cpp_control_by_text
 
 BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
@@ -45,8 +45,8 @@ def _bpe_header(analysis: Analysis):
     return header
 
 
-@check("SD270", "pre-tokenizer-missing", Severity.WARNING)
-def pre_tokenizer_missing(analysis: Analysis, self: Check):
+@rule("SD270", "pre-tokenizer-missing", Severity.WARNING)
+def pre_tokenizer_missing(analysis: Analysis, self: Rule):
     """A BPE GGUF names no pre-tokenizer: llama.cpp splits text its `default` way.
 
     What it checks:
@@ -87,8 +87,8 @@ def pre_tokenizer_missing(analysis: Analysis, self: Check):
         Location(file, PRE_KEY), tokenizer_model=header.tokenizer_model)
 
 
-@check("SD271", "gguf-merges-missing", Severity.ERROR)
-def gguf_merges_missing(analysis: Analysis, self: Check):
+@rule("SD271", "gguf-merges-missing", Severity.ERROR)
+def gguf_merges_missing(analysis: Analysis, self: Rule):
     """A BPE GGUF has no merges: llama.cpp refuses to load it.
 
     What it checks:
@@ -120,8 +120,8 @@ def gguf_merges_missing(analysis: Analysis, self: Check):
         Location(file, MERGES_KEY))
 
 
-@check("SD272", "pre-tokenizer-mismatch", Severity.WARNING)
-def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
+@rule("SD272", "pre-tokenizer-mismatch", Severity.WARNING)
+def pre_tokenizer_mismatch(analysis: Analysis, self: Rule):
     """A BPE GGUF names a pre-tokenizer that cuts apart tokens of its own vocabulary.
 
     What it checks:
@@ -180,8 +180,8 @@ def pre_tokenizer_mismatch(analysis: Analysis, self: Check):
         Location(file, PRE_KEY), declared=name, unreachable=len(cut), fits=[other for other, _ in fits])
 
 
-@check("SD273", "special-token-not-single", Severity.ERROR)
-def special_token_not_single(analysis: Analysis, self: Check):
+@rule("SD273", "special-token-not-single", Severity.ERROR)
+def special_token_not_single(analysis: Analysis, self: Rule):
     """A turn marker the template writes is a token of the GGUF, typed as an ordinary one: llama.cpp
     splits its text into pieces.
 
@@ -238,8 +238,8 @@ def special_token_not_single(analysis: Analysis, self: Check):
             Location(file, TYPE_KEY), token_id=token_id, token=text, pieces=len(pieces))
 
 
-@check("SD274", "tokenizer-larger-than-embedding", Severity.ERROR)
-def tokenizer_larger_than_embedding(analysis: Analysis, self: Check):
+@rule("SD274", "tokenizer-larger-than-embedding", Severity.ERROR)
+def tokenizer_larger_than_embedding(analysis: Analysis, self: Rule):
     """The tokenizer has ids past the embedding's rows: tokens added without resizing the model.
 
     What it checks:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.rules.inputs import WeightsInput
-from stopdoctor.rules.registry import Check, check
+from stopdoctor.rules.registry import Rule, rule
 
 
-@check("SD801", "end-of-turn-untrained", Severity.ERROR, input=WeightsInput)
-def end_of_turn_untrained(subject: WeightsInput, self: Check):
+@rule("SD801", "end-of-turn-untrained", Severity.ERROR, input=WeightsInput)
+def end_of_turn_untrained(subject: WeightsInput, self: Rule):
     """The end-of-turn token's row in the weights was never trained: the model cannot emit it.
 
     What it checks:

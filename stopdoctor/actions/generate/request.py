@@ -39,6 +39,34 @@ class Sampling:
         return self.temperature <= 0.0
 
 
+def checked_sampling(temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Sampling:
+    """A `Sampling`, refusing what no runtime takes: a negative or infinite temperature, a top-p
+    outside (0, 1], a seed torch cannot take (64 bits)."""
+    import math
+
+    if not (math.isfinite(temperature) and temperature >= 0) or not 0 < top_p <= 1:
+        raise InputError("--temperature must be a finite number >= 0 and --top-p in (0, 1]")
+    if seed is not None and not 0 <= seed < 2**64:
+        raise InputError(f"--seed {seed}: must be between 0 and 2^64 - 1", hint="torch takes a 64-bit seed")
+    return Sampling(temperature, top_p, seed)
+
+
+# A diagnosis needs a few dozen tokens; the cap also keeps a typo from allocating a huge mask.
+MAX_NEW_TOKENS = 8192
+FRAGMENT_MIN_TOKENS = 24
+
+
+def check_budget(max_new_tokens: int, fragment: bool = False) -> None:
+    """Refuse a budget no diagnosis can use: a few dozen tokens are needed (the fragment test's
+    instruct model must have room to finish its answer before the verdict means anything)."""
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise InputError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}",
+                         hint="a diagnosis needs a few dozen tokens; a budget is for one short generation")
+    if fragment and max_new_tokens < FRAGMENT_MIN_TOKENS:
+        raise InputError(f"--fragment-test needs --max-new-tokens >= {FRAGMENT_MIN_TOKENS}",
+                         hint="an instruct model needs room to finish its answer before the verdict means anything")
+
+
 @dataclass(frozen=True)
 class Prompt:
     text: str

@@ -29,7 +29,7 @@ from stopdoctor.template.render import ChatRenderer
 from stopdoctor.actions.labels.collators import axolotl_ids, bytes_bound_tokens, judge_in_text, must_tokenize, tokenize_and_label
 from stopdoctor.actions.labels.prepare import prepare_example
 from stopdoctor.actions.labels.thoughts import judge_thoughts
-from stopdoctor.actions.labels.result import COLLATORS, LabelSettings, LabelsResult
+from stopdoctor.actions.labels.result import COLLATORS, LabelSettings, DatasetLabels
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' and TRL's test
 
@@ -38,7 +38,7 @@ _CHUNK = 512  # examples rendered and encoded per batch (and per progress update
 
 def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Example], data: str,
                   settings: LabelSettings = LabelSettings(),
-                  progress: Callable[[int, int], None] | None = None, total: int | None = None) -> LabelsResult:
+                  progress: Callable[[int, int], None] | None = None, total: int | None = None) -> DatasetLabels:
     """Label every example (a list, or `iter_examples` for a dataset read as it goes; then give
     `total`, the count the progress reports towards). Only verdicts are kept per example."""
     _check_settings(settings)
@@ -70,7 +70,7 @@ def label_dataset(facts: ModelFacts, analysis: Analysis, examples: Iterable[Exam
     if eos_id is not None:
         end_ids.add(eos_id)
 
-    result = LabelsResult(facts, settings, data, template,
+    result = DatasetLabels(facts, settings, data, template,
                           template is not None and GENERATION_TAG.search(template.source) is not None,
                           markers, pad_id, pad_note, eos_id, axolotl_ids(settings, template, eos_text, eos_id, vocab))
     eot_res = [re.compile(r"\s{0,4}" + re.escape(m)) for m in markers]

@@ -51,7 +51,7 @@ from typing import Any
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ChatTemplate
 from stopdoctor.actions.labels.prepare import PreparedExample
-from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelledExample, LabelSettings, LabelsResult, Span
+from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelledExample, LabelSettings, DatasetLabels, Span
 
 
 def axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_text: str | None,
@@ -103,7 +103,7 @@ def must_tokenize(p: PreparedExample, settings: LabelSettings, bound_ok: bool) -
 
 
 def judge_in_text(p: PreparedExample, settings: LabelSettings, pad_id: int | None,
-                   result: LabelsResult) -> LabelledExample | None:
+                   result: DatasetLabels) -> LabelledExample | None:
     """The verdict without tokenizing, valid when the end-of-turn is one added token (always
     encoded whole, with its exact character span as offsets) and cannot be truncated away. Then
     its label is: trained (full), trained unless it is the pad id (pad-id), trained iff its
@@ -157,7 +157,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def tokenize_and_label(prepared: list[PreparedExample], tokenizer, settings: LabelSettings, pad_id: int | None,
-                        end_ids: set[int], result: LabelsResult) -> Iterable[LabelledExample]:
+                        end_ids: set[int], result: DatasetLabels) -> Iterable[LabelledExample]:
     """Encode the examples in batches and build each one's labels as its collator does, then judge
     every end-of-turn; the ids are kept only for the examples `--show` prints."""
     encodings: list[Any] = [None] * len(prepared)
@@ -282,7 +282,7 @@ def _start_of(offset: tuple[int, int]) -> int:
     return offset[0]
 
 
-def _spans(p: PreparedExample, ids, offsets, trained, kept: int, end_ids: set[int], pad_id, result: LabelsResult):
+def _spans(p: PreparedExample, ids, offsets, trained, kept: int, end_ids: set[int], pad_id, result: DatasetLabels):
     if p.special:  # text / prompt-completion strings: the example must end with eos (or an end-of-turn)
         body_start = 0
         if p.prompt_text is not None or p.example.kind == "prompt-completion":
@@ -313,7 +313,7 @@ def _first_token_at(offsets, char: int) -> int:
 
 
 def _judge(p: PreparedExample, message, token_range, end_token: int, ids, trained, kept, pad_id,
-           result: LabelsResult, pieces: list[int]) -> Span:
+           result: DatasetLabels, pieces: list[int]) -> Span:
     end_id = ids[end_token]
     if len(pieces) > 1:
         return Span(message, token_range, end_token, end_id, False, SPLIT)
@@ -324,7 +324,7 @@ def _judge(p: PreparedExample, message, token_range, end_token: int, ids, traine
     return Span(message, token_range, end_token, end_id, False, _cause(p, end_id, pad_id, result))
 
 
-def _cause(p: PreparedExample, end_id: int, pad_id: int | None, result: LabelsResult) -> str:
+def _cause(p: PreparedExample, end_id: int, pad_id: int | None, result: DatasetLabels) -> str:
     if p.collator == "pad-id" and end_id == pad_id:
         return PAD_MASKED
     if p.collator == "assistant-only":

@@ -1,4 +1,4 @@
-"""What label building is asked (`LabelSettings`) and what it answers (`LabelsResult`): per
+"""What label building is asked (`LabelSettings`) and what it answers (`DatasetLabels`): per
 example, each assistant span's end-of-turn token and whether its label is trained, or why not.
 
 The causes (`NO_GENERATION_MARKERS`, ...) each map to one check of `stopdoctor.rules.labels`.
@@ -105,7 +105,7 @@ class LabelledExample:
 
 
 @dataclass
-class LabelsResult:
+class DatasetLabels:
     facts: ModelFacts
     settings: LabelSettings
     data: str

@@ -31,7 +31,7 @@ from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, li
 from stopdoctor.actions.logs.groups import sample_groups
 from stopdoctor.actions.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
-from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsReport, LogsSettings, Problem
+from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
 from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
 from stopdoctor.actions.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
 from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
@@ -194,7 +194,7 @@ def _run(con, sql: str, on_progress: Callable[[float], None] | None):
 
 def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                  settings: LogsSettings = LogsSettings(),
-                 on_progress: Callable[[str, float], None] | None = None) -> LogsReport:
+                 on_progress: Callable[[str, float], None] | None = None) -> LogsSummary:
     """Read every file, normalise every line, and summarise. Bad lines are counted, never fatal."""
     _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
@@ -286,7 +286,7 @@ def open_counted_records():
 
 
 def records_report(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings, lines: int,
-                   started: float) -> LogsReport:
+                   started: float) -> LogsSummary:
     """The report from the records table `rec` (closes `con`); exit 2 when no line was a response."""
     report = _summarise(con, paths, vocabulary, settings, lines)
     con.close()
@@ -299,7 +299,7 @@ def records_report(con, paths: Sequence[str], vocabulary: TurnVocabulary, settin
     return _with_time(report, time.perf_counter() - started)
 
 
-def _with_time(report: LogsReport, seconds: float) -> LogsReport:
+def _with_time(report: LogsSummary, seconds: float) -> LogsSummary:
     import dataclasses
 
     return dataclasses.replace(report, seconds=seconds)
@@ -381,7 +381,7 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
 
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
-               lines: int) -> LogsReport:
+               lines: int) -> LogsSummary:
     (blank, bad, unrecognised, responses, multi_choice, streams, chunks), = _rows(con, """
         SELECT count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NULL AND NOT blank AND NOT bad),
                count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
@@ -463,7 +463,7 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     lies, lie_lines = lie_problems(con, n, responses, per_model)
     problems.update(lies)
     flagged.update(lie_lines)
-    return LogsReport(tuple(paths), vocabulary.source, lines, blank, bad, bad_examples, unrecognised, responses,
+    return LogsSummary(tuple(paths), vocabulary.source, lines, blank, bad, bad_examples, unrecognised, responses,
                       shapes, finish, finish_raw, by_model, by_max_tokens, stop_reasons, problems, settings, 0.0, flagged,
                       multi_choice, finish_native, streams, chunks, charts(con) if responses else None)
 

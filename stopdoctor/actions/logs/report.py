@@ -85,7 +85,7 @@ HISTOGRAM_BINS = 20
 
 
 @dataclass(frozen=True)
-class LogsReport:
+class LogsSummary:
     files: tuple[str, ...]
     vocabulary: str
     lines: int

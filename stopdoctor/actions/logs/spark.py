@@ -29,7 +29,7 @@ from stopdoctor.actions.logs.groups import SAMPLE_LINES, sample_groups
 from stopdoctor.actions.logs.partial import RECORD_NAMES, bucketed_sql, part_sql
 from stopdoctor.actions.logs.query import RECORD_COLUMNS, connect, open_counted_records, records_report
 from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
-from stopdoctor.actions.logs.report import LogsReport, LogsSettings
+from stopdoctor.actions.logs.report import LogsSummary, LogsSettings
 from stopdoctor.actions.logs.inputs import NOT_UTF8_LINE, check_log_file
 from stopdoctor.actions.logs.sql import is_parquet, is_remote, sql_string
 from stopdoctor.actions.logs.summary import timeline_bucket
@@ -253,7 +253,7 @@ def counted_records(spark, path: str, vocabulary: TurnVocabulary, settings: Logs
 
 
 def analyze_logs_spark(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
-                       settings: LogsSettings = LogsSettings()) -> LogsReport:
+                       settings: LogsSettings = LogsSettings()) -> LogsSummary:
     """The report of `actions.logs.query.analyze_logs`, the lines read by Spark."""
     if not paths:
         raise InputError("no log file given", hint="stopdoctor logs --engine spark responses.jsonl [more …]")
