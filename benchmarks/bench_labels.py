@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from stopdoctor.api import check_labels
-from stopdoctor.actions.labels.result import LabelSettings
+from stopdoctor.labels.result import LabelSettings
 from stopdoctor.core.types import ChatTemplate, Location
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -127,7 +127,7 @@ def time_duckdb_minimal(path: Path) -> tuple[float, str, float]:
     """DuckDB's own minimal finish-reason count over the file, read as stopdoctor reads lines."""
     import duckdb
 
-    from stopdoctor.actions.logs.sql import source_sql
+    from stopdoctor.logs.sql import source_sql
 
     con = duckdb.connect()
     con.execute("SET memory_limit = '512MB'")
@@ -153,7 +153,7 @@ def main() -> None:
     skip_jq = "--no-jq" in args
     args = [a for a in args if a != "--no-jq"]
     lines = int(args[0]) if args else 1_000_000
-    from stopdoctor.actions.logs.query import analyze_logs
+    from stopdoctor.logs.query import analyze_logs
 
     folder = Path(tempfile.mkdtemp(prefix="stopdoctor-bench-logs-"))
     path = existing or keep or folder / "responses.jsonl"

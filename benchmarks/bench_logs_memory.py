@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STOPDOCTOR = """
 import sys
-from stopdoctor.actions.logs.query import analyze_logs
+from stopdoctor.logs.query import analyze_logs
 report = analyze_logs([sys.argv[1]])
 print(f"lines {report.lines:,}, responses {report.responses:,}, finish {report.finish}, "
       f"hallucinated-turn {report.problems['hallucinated-turn'].count:,}")

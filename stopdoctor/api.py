@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from stopdoctor.actions.generate.request import Engine, Prompt, Sampling, StopSet
     from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, ModelContext
     from stopdoctor.actions.generate.server import ServerEngine
-    from stopdoctor.actions.labels.result import DatasetLabels
-    from stopdoctor.actions.logs.report import LogsSettings, LogsSummary
+    from stopdoctor.labels.result import DatasetLabels
+    from stopdoctor.logs.report import LogsSettings, LogsSummary
     from stopdoctor.actions.probe import ProbeReport
     from stopdoctor.actions.probe_server.battery import ServerProbeReport
     from stopdoctor.actions.probe_server.battery import Settings as ProbeSettings
@@ -53,10 +53,10 @@ if TYPE_CHECKING:
 # Public names that live in modules only some commands need (labels, logs): imported when first
 # asked for, so `inspect` does not pay for them (PEP 562).
 _LAZY = {
-    "COLLATORS": ("stopdoctor.actions.labels.result", "COLLATORS"),  # labels settings
-    "LabelSettings": ("stopdoctor.actions.labels.result", "LabelSettings"),
+    "COLLATORS": ("stopdoctor.labels.result", "COLLATORS"),  # labels settings
+    "LabelSettings": ("stopdoctor.labels.result", "LabelSettings"),
     "RenderResult": ("stopdoctor.actions.render", "RenderResult"),
-    "LOGS_READ_DONE": ("stopdoctor.actions.logs.query", "RUNNING_DONE"),  # progress: read, analysing
+    "LOGS_READ_DONE": ("stopdoctor.logs.query", "RUNNING_DONE"),  # progress: read, analysing
     "check_budget": ("stopdoctor.actions.generate.request", "check_budget"),  # generate: a budget a diagnosis can use
 }
 
@@ -196,12 +196,12 @@ def analyze_log_files(paths: list[str], model: str | None = None, revision: str 
                       engine: str = "duckdb") -> LogsResult:
     """`stopdoctor logs`: read response logs (DuckDB, imported lazily; or Spark, `engine="spark"`) and check them."""
     from stopdoctor.rules.results import LogsResult
-    from stopdoctor.actions.logs.query import LogsSettings, analyze_logs
-    from stopdoctor.actions.logs.vocabulary import model_vocabulary
+    from stopdoctor.logs.query import LogsSettings, analyze_logs
+    from stopdoctor.logs.vocabulary import model_vocabulary
 
     vocabulary = model_vocabulary(model, revision) if model else None
     if engine == "spark":
-        from stopdoctor.actions.logs.spark import analyze_logs_spark
+        from stopdoctor.logs.spark import analyze_logs_spark
 
         report = analyze_logs_spark(paths, vocabulary, settings or LogsSettings())
     else:
@@ -240,8 +240,8 @@ def check_labels_of(facts: ModelFacts, data: str, settings=None, limit: int | No
     """`check_labels` on a model already loaded."""
     from stopdoctor.rules.results import LabelsResult
     from stopdoctor.facts.datasets import count_examples, iter_examples
-    from stopdoctor.actions.labels.build import label_dataset
-    from stopdoctor.actions.labels.result import LabelSettings
+    from stopdoctor.labels.build import label_dataset
+    from stopdoctor.labels.result import LabelSettings
 
     if limit is not None and limit < 1:  # here, not in the CLI: the API would judge an empty dataset clean
         raise InputError("--limit must be at least 1")
@@ -380,7 +380,7 @@ def probe_stops(spec: str, stops: list[str], *, from_template: bool = False, cor
 
 def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> LogsSettings:
     """`LogsSettings` for `analyze_log_files`: `fields` as NAME=$.PATH overrides, thresholds by name."""
-    from stopdoctor.actions.logs.query import LogsSettings, parse_field_overrides
+    from stopdoctor.logs.query import LogsSettings, parse_field_overrides
 
     return LogsSettings(overrides=parse_field_overrides(fields or []), **thresholds)
 
@@ -388,8 +388,8 @@ def logs_settings(fields: list[str] | None = None, **thresholds: Any) -> LogsSet
 def logs_sql(paths: list[str], model: str | None = None, revision: str | None = None,
              settings: LogsSettings | None = None) -> str:
     """The DuckDB SQL that normalises each log file (`logs --show-sql`), to run elsewhere."""
-    from stopdoctor.actions.logs.query import LogsSettings, show_sql
-    from stopdoctor.actions.logs.vocabulary import model_vocabulary
+    from stopdoctor.logs.query import LogsSettings, show_sql
+    from stopdoctor.logs.vocabulary import model_vocabulary
 
     return show_sql(paths, model_vocabulary(model, revision) if model else None,
                     settings if settings is not None else LogsSettings())

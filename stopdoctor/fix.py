@@ -7,7 +7,7 @@ Model folder (SD101, end-of-turn not a stop id of transformers/vLLM/TGI):
   with config.json's top-level bos/eos/pad ids and the end-of-turn id added to eos. A new file
   rather than an edit of config.json, because TGI reads only a generation_config.json list.
 - GGUF file: `tokenizer.ggml.eos_token_id` set to the end-of-turn id, in place, the tensors byte
-  for byte the same (`actions.gguf_edit`); the advice `runtimes.advice` gives inspect and check.
+  for byte the same (`writers.gguf_edit`); the advice `runtimes.advice` gives inspect and check.
 - Hub models are not edited (they live in the cache).
 
 Serving file (`--serving`):
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stopdoctor.actions.edits import FileEdit, FixPlan
+from stopdoctor.writers.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding
 from stopdoctor.runtimes.advice import GGUF_EOS_KEY, gguf_eos_advice
@@ -189,7 +189,7 @@ def _model_edit(analysis: Analysis, notes: list[str]) -> FileEdit | None:
 
 def _gguf_edit(analysis: Analysis, missing: list[int], notes: list[str]):
     """The GGUF's eos set to the end-of-turn id (`runtimes.advice`: the advice inspect and check give)."""
-    from stopdoctor.actions.gguf_edit import GgufKeyEdit
+    from stopdoctor.writers.gguf_edit import GgufKeyEdit
 
     facts = analysis.facts
     path = next(iter(facts.source.files.values()))
@@ -343,7 +343,7 @@ class PreparedFix:
 
     outcome: FixOutcome
     fail_on: Severity  # check's fail-on: what remains at or above it fails
-    staged: object | None  # stopdoctor.actions.edits staged files, None without write or edits
+    staged: object | None  # stopdoctor.writers.edits staged files, None without write or edits
     rejudge: Callable[[], list[Finding]]
 
     def commit(self) -> FixOutcome:

@@ -92,7 +92,7 @@ def spark_session():
     if shutil.which("java") is None:
         pytest.skip("no Java runtime: apt-get install -y default-jre-headless (the .ci/run script does)")
     pytest.importorskip("pyspark", reason="pyspark not installed: pip install 'stopdoctor[spark]'")
-    from stopdoctor.actions.logs.spark import session
+    from stopdoctor.logs.spark import session
 
     return session()
 

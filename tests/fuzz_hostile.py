@@ -306,7 +306,7 @@ def fuzz_hostile(count: int, seed: int, jobs: int = 2, keep: Path | None = None,
     # Imported before forking, so that each child starts with them loaded.
     import tokenizers  # noqa: F401
 
-    import stopdoctor.actions.logs.query  # noqa: F401
+    import stopdoctor.logs.query  # noqa: F401
     import stopdoctor.api  # noqa: F401
     import stopdoctor.cli  # noqa: F401
 

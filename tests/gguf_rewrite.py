@@ -1,6 +1,6 @@
 """Test setup: a copy of a real GGUF with one metadata value replaced (another length allowed), the
 tensor data copied unchanged after the re-padded tensor table. Built on stopdoctor's own layout
-reader (`stopdoctor.actions.gguf_edit.read_layout`); the product only ever edits integer keys.
+reader (`stopdoctor.writers.gguf_edit.read_layout`); the product only ever edits integer keys.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import struct
 from pathlib import Path
 
-from stopdoctor.actions.gguf_edit import read_layout
+from stopdoctor.writers.gguf_edit import read_layout
 from stopdoctor.facts.gguf import GGUFValueType
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stopdoctor"
 # The pipeline, first stage first: a module may import its own stage or an earlier one.
-ORDER = ["core", "facts", "template", "runtimes", "analysis", "actions", "rules", "reporters",
+ORDER = ["core", "facts", "template", "runtimes", "analysis", "actions", "logs", "labels", "writers", "rules", "reporters",
          "config", "api", "gate", "fix", "cli", "__main__"]
 TOP_LEVEL = {"__init__.py", "__main__.py", "api.py", "config.py", "gate.py", "fix.py"}
 MAX_LINES = 600
@@ -62,7 +62,8 @@ def test_stages_are_folders_and_modules_stay_small():
     top = {p.name for p in PACKAGE.glob("*.py")}
     assert top <= TOP_LEVEL and len(top) <= 8, top
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert folders == {"core", "facts", "template", "runtimes", "analysis", "actions", "rules", "reporters", "cli"}
+    assert folders == {"core", "facts", "template", "runtimes", "analysis", "actions", "logs", "labels", "writers", "rules",
+                       "reporters", "cli"}
     big = {name: n for name, path in _modules().items()
            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not big, big

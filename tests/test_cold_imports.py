@@ -90,7 +90,7 @@ def test_a_gguf_read_twice_in_one_process_has_its_tokenizer_built_once(real_gguf
     cached 262k-token JSON took ~1 s a read); a changed file is read again."""
     import shutil
 
-    from stopdoctor.actions.gguf_edit import set_int_key
+    from stopdoctor.writers.gguf_edit import set_int_key
     from stopdoctor.api import diff_models, diff_report
     from stopdoctor.facts import vocab
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from stopdoctor.actions.gguf_edit import set_int_key
+from stopdoctor.writers.gguf_edit import set_int_key
 from stopdoctor.api import diff_models, diff_report
 from stopdoctor.cli.app import app
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from stopdoctor.actions.gguf_edit import data_section_digest, read_layout, set_int_key
+from stopdoctor.writers.gguf_edit import data_section_digest, read_layout, set_int_key
 from stopdoctor.api import inspect_model, serving_findings
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import InputError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stopdoctor.actions.logs.query import analyze_logs
+from stopdoctor.logs.query import analyze_logs
 from stopdoctor.analysis.diagnose import Generation, StopCause, diagnose, prompt_labels
 
 LABELS = Path(__file__).parent / "data" / "real_answer_labels.json"

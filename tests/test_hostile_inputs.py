@@ -428,7 +428,7 @@ def test_fix_write_applies_both_edits_or_neither(synth_root, tmp_path):
 
 
 def test_fix_write_rolls_back_when_a_rename_fails(synth_root, tmp_path, monkeypatch):
-    from stopdoctor.actions import edits
+    from stopdoctor.writers import edits
 
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     first.write_text("old a")

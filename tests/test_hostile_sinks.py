@@ -205,7 +205,7 @@ def test_an_immutable_file_changes_nothing(gguf_and_request, monkeypatch, which)
         finally:
             _immutable(target, False)
     else:  # no chattr here (not root, or a file system without it): the rename fails as it would
-        from stopdoctor.actions import edits
+        from stopdoctor.writers import edits
 
         real = os.replace
 
@@ -257,7 +257,7 @@ def test_fix_write_refusals_are_one_line_and_print_nothing_else(tmp_path, case):
 
 def test_a_full_disk_is_one_line_before_any_output(gguf_and_request, monkeypatch):
     # The disk fills while the GGUF's new bytes are staged: nothing printed, nothing renamed, no temp left.
-    from stopdoctor.actions import gguf_edit
+    from stopdoctor.writers import gguf_edit
 
     model, request, before = gguf_and_request
 
@@ -274,7 +274,7 @@ def test_a_full_disk_is_one_line_before_any_output(gguf_and_request, monkeypatch
 
 def test_an_added_key_keeps_holes_and_data(tmp_path):
     # Adding a key shifts the data section: its bytes (data and holes) are copied exactly.
-    from stopdoctor.actions.gguf_edit import data_section_digest, read_layout, set_int_key
+    from stopdoctor.writers.gguf_edit import data_section_digest, read_layout, set_int_key
 
     size = 64 << 20
     path = fixable_gguf(tmp_path / "model.gguf", data=size, sparse=True)

@@ -12,9 +12,9 @@ import pytest
 from stopdoctor.analysis.core import analyze
 from stopdoctor.api import check_labels, load
 from stopdoctor.core.errors import StopdoctorError
-from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_GENERATION, PAD_MASKED, SPLIT, TRUNCATED, LabelSettings
+from stopdoctor.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_GENERATION, PAD_MASKED, SPLIT, TRUNCATED, LabelSettings
 from stopdoctor.facts.datasets import count_examples, iter_examples, load_examples
-from stopdoctor.actions.labels.build import label_dataset
+from stopdoctor.labels.build import label_dataset
 from stopdoctor.core.types import ChatTemplate, Location
 from stopdoctor.template.render import render_chat
 
@@ -612,7 +612,7 @@ def test_each_example_keeps_the_sandbox_limits(synth_root, tmp_path):
 def test_token_range_by_bisection_matches_the_token_walk(synth_root, family):
     import random
 
-    from stopdoctor.actions.labels.collators import _token_range, _tokens_overlapping
+    from stopdoctor.labels.collators import _token_range, _tokens_overlapping
 
     facts = load(str(synth_root / family))
     tokenizer = facts.vocab.tokenizer()

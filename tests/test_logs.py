@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from stopdoctor.api import logs_findings
-from stopdoctor.actions.logs.query import LogsSettings, analyze_logs, diagnose_text
-from stopdoctor.actions.logs.vocabulary import builtin_vocabulary, model_vocabulary
+from stopdoctor.logs.query import LogsSettings, analyze_logs, diagnose_text
+from stopdoctor.logs.vocabulary import builtin_vocabulary, model_vocabulary
 
 from .helpers import cli
 
@@ -373,7 +373,7 @@ def test_a_real_server_log_shows_exactly_the_broken_requests(served_broken, tmp_
 def test_duckdb_never_draws_its_progress_bar_on_stdout(capfd):
     # stdout carries the JSON report: DuckDB's own bar (drawn for a query past 2 s) broke
     # `stopdoctor logs --format json big.jsonl > report.json`.
-    from stopdoctor.actions.logs.query import connect
+    from stopdoctor.logs.query import connect
 
     con, _ = connect()
     con.execute("SET enable_progress_bar = true")

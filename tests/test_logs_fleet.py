@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stopdoctor.actions.logs.query import analyze_logs
+from stopdoctor.logs.query import analyze_logs
 from stopdoctor.core.errors import InputError
 
 from .helpers import cli
@@ -315,10 +315,10 @@ def test_the_two_level_read_gives_exactly_the_records_of_reading_every_path(samp
     from one line, the other lines go through the every-path branch)."""
     import duckdb
 
-    from stopdoctor.actions.logs.groups import sample_groups
-    from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
-    from stopdoctor.actions.logs.sql import source_sql
-    from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
+    from stopdoctor.logs.groups import sample_groups
+    from stopdoctor.logs.records import normalise_sql, prepared_lines
+    from stopdoctor.logs.sql import source_sql
+    from stopdoctor.logs.vocabulary import builtin_vocabulary
 
     vocabulary = builtin_vocabulary()
     files = sorted(SHAPES.glob("*.jsonl")) + [LIES, ROOT / "fixtures" / "logs" / "responses.jsonl"]

@@ -1,4 +1,4 @@
-"""The per-group read of `stopdoctor logs` (#28, `actions.logs.oneparse`): the same records and the
+"""The per-group read of `stopdoctor logs` (#28, `logs.oneparse`): the same records and the
 same report as the general query on every fixture shape and on a file mixing them, and its work
 counted in JSON reads a line and in lines left to the general query (never in seconds)."""
 
@@ -14,19 +14,19 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from stopdoctor.actions.logs import query
-from stopdoctor.actions.logs.groups import sample_groups
-from stopdoctor.actions.logs.oneparse import one_parse_sql
-from stopdoctor.actions.logs.query import (
+from stopdoctor.logs import query
+from stopdoctor.logs.groups import sample_groups
+from stopdoctor.logs.oneparse import one_parse_sql
+from stopdoctor.logs.query import (
     RECORD_COLUMNS,
     analyze_logs,
     connect,
     normalise_file,
 )
-from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
-from stopdoctor.actions.logs.report import LogsSettings
-from stopdoctor.actions.logs.sql import source_sql
-from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
+from stopdoctor.logs.records import normalise_sql, prepared_lines
+from stopdoctor.logs.report import LogsSettings
+from stopdoctor.logs.sql import source_sql
+from stopdoctor.logs.vocabulary import builtin_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "logs"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stopdoctor.actions.logs.query import analyze_logs
-from stopdoctor.actions.logs.report import LogsSettings
+from stopdoctor.logs.query import analyze_logs
+from stopdoctor.logs.report import LogsSettings
 from stopdoctor.core.errors import InputError
 
 from .test_logs import SHAPES as MIXED
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarnin
 
 @pytest.fixture
 def spark_engine(spark_session):
-    from stopdoctor.actions.logs.spark import analyze_logs_spark
+    from stopdoctor.logs.spark import analyze_logs_spark
 
     return analyze_logs_spark
 
@@ -173,9 +173,9 @@ def test_varied_output_tokens_reach_the_driver_as_counts_per_histogram_bin(spark
     # The report is still DuckDB's.
     import random
 
-    from stopdoctor.actions.logs.report import HISTOGRAM_BINS
-    from stopdoctor.actions.logs.spark import counted_records, session
-    from stopdoctor.actions.logs.vocabulary import builtin_vocabulary
+    from stopdoctor.logs.report import HISTOGRAM_BINS
+    from stopdoctor.logs.spark import counted_records, session
+    from stopdoctor.logs.vocabulary import builtin_vocabulary
 
     rng, start, lines = random.Random(21), 1_767_225_600, []
     for _ in range(6_000):

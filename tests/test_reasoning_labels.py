@@ -7,7 +7,7 @@ import json
 
 from fixtures.reasoning import HYBRID, build_reasoning
 from fixtures.synth import build_family
-from stopdoctor.actions.labels.result import LabelSettings
+from stopdoctor.labels.result import LabelSettings
 from stopdoctor.api import check_labels
 from stopdoctor.core.types import ChatTemplate, Location
 

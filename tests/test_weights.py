@@ -211,7 +211,7 @@ def _modules_after(*args: str) -> set[str]:
 def test_inspect_imports_only_what_it_uses(synth_root, real_gguf_models):
     """A cold `inspect` pays for no module it does not run: no numpy without --weights, no rich for
     JSON, nothing of labels or logs (their analyses, duckdb), no torch or transformers."""
-    never = {"torch", "transformers", "duckdb", "rich", "stopdoctor.actions.logs.query", "stopdoctor.actions.labels.build"}
+    never = {"torch", "transformers", "duckdb", "rich", "stopdoctor.logs.query", "stopdoctor.labels.build"}
     plain = _modules_after("inspect", "--json", str(synth_root / "clean-chatml"))
     assert not plain & (never | {"numpy"})
     weights = _modules_after("inspect", "--json", "--weights", str(real_gguf_models.gemma_gguf))

@@ -12,7 +12,7 @@ Rows come from the built-in conversations or a JSONL file (`messages`, `prompt`/
 message lists or as plain strings, `text`); plain text (no template, or a base model) is measured
 at its end against the eos.
 torch and transformers are imported only inside functions (through the generate engine).
-Imports: core, facts, analysis, runtimes, template, actions.generate, actions.labels (row reading).
+Imports: core, facts, analysis, runtimes, template, actions.generate, labels (row reading).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 its unified diff, and the defects that have no safe mechanical fix. Fields are public interface:
 add, never rename. Pure: a plan in, a string out.
 
-Imports: actions.edits, core.findings (data only), reporters.document (the header, a finding's fields).
+Imports: writers.edits, core.findings (data only), reporters.document (the header, a finding's fields).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from stopdoctor.actions.edits import FixPlan
+from stopdoctor.writers.edits import FixPlan
 from stopdoctor.core.findings import Finding
 from stopdoctor.reporters.document import finding, header
 

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from stopdoctor.rules.results import LabelsResult
-from stopdoctor.actions.labels.result import CAUSES, LabelledExample, DatasetLabels
+from stopdoctor.labels.result import CAUSES, LabelledExample, DatasetLabels
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import print_findings
 from stopdoctor.reporters.document import finding, header, location, summary

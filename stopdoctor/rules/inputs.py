@@ -14,8 +14,8 @@ from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 
 if TYPE_CHECKING:  # the commands that build these import them; `inspect` need not (numpy, duckdb's helpers)
-    from stopdoctor.actions.labels.result import DatasetLabels
-    from stopdoctor.actions.logs.query import LogsSummary
+    from stopdoctor.labels.result import DatasetLabels
+    from stopdoctor.logs.query import LogsSummary
     from stopdoctor.analysis.weights import WeightsReport
 
 # A model's files and what was derived from them: the rules of SD1xx-SD3xx take the `Analysis`

@@ -12,7 +12,7 @@ collator behaviour each doc cites was read from the sources: transformers
 
 from __future__ import annotations
 
-from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, DatasetLabels
+from stopdoctor.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, DatasetLabels
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Severity
 from stopdoctor.rules.inputs import LabelsInput

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from stopdoctor.actions.diff import sampling_differences
+from stopdoctor.analysis.differences import sampling_differences
 from stopdoctor.core.findings import Severity
 from stopdoctor.core.types import Location
 from stopdoctor.runtimes.advice import gguf_eos_advice

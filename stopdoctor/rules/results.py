@@ -45,7 +45,7 @@ class InspectResult:
 
 @dataclass(frozen=True)
 class LogsResult:
-    report: Any  # stopdoctor.actions.logs.report.LogsSummary: what the query counted
+    report: Any  # stopdoctor.logs.report.LogsSummary: what the query counted
     findings: list[Finding]
 
 
@@ -54,5 +54,5 @@ class LabelsResult:
     source: ModelSource
     facts: ModelFacts
     analysis: Analysis
-    labels: object  # stopdoctor.actions.labels.result.DatasetLabels: the labels built per example
+    labels: object  # stopdoctor.labels.result.DatasetLabels: the labels built per example
     findings: list[Finding]

@@ -24,7 +24,7 @@ from stopdoctor.core.types import MODEL_KINDS, Expectation, a_kind
 
 if TYPE_CHECKING:
     from stopdoctor.actions.diff import ModelDiff
-    from stopdoctor.actions.edits import FixPlan
+    from stopdoctor.writers.edits import FixPlan
     from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult
     from stopdoctor.actions.probe import ProbeReport
     from stopdoctor.actions.render import RenderResult

@@ -3,7 +3,7 @@ template applied (with `{% generation %}` spans recorded), TRL's eos appended to
 completion-only prompt rendered alone, and every assistant turn located in the text with the
 end-of-turn marker that follows it.
 
-Imports: core, facts (datasets), template (the renderer, its deadline), actions.labels.result.
+Imports: core, facts (datasets), template (the renderer, its deadline), labels.result.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from stopdoctor.core.errors import InputError, TemplateError
 from stopdoctor.facts.datasets import Example
 from stopdoctor.template.limits import render_deadline
 from stopdoctor.template.render import ChatRenderer
-from stopdoctor.actions.labels.result import LabelSettings
+from stopdoctor.labels.result import LabelSettings
 
 
 @dataclass

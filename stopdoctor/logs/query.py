@@ -2,15 +2,15 @@
 reason (cut by the token budget, ran on into a fake next turn)?
 
 The engine is SQL on embedded DuckDB (imported lazily: other commands never pay for it). One
-query per file (`actions.logs.oneparse`, with `actions.logs.records.normalise_sql` for the lines it
+query per file (`logs.oneparse`, with `logs.records.normalise_sql` for the lines it
 leaves) reads every line as text (JSONL, .gz, local or any URL DuckDB can open), reads only the
 paths its key group can have, picks each field from whichever logged shape the line has, and
 materialises a narrow table of normalised records; the distributions are GROUP BYs over that table. The text of an answer is kept only where a cheap SQL prefilter (a superset of what
 `diagnose.find_turns` can find) says a next turn may be in it; those few answers are then
 diagnosed in Python by `stopdoctor.analysis.diagnose`, the same code `generate --server` uses,
-against a `TurnVocabulary` (`actions.logs.vocabulary`).
+against a `TurnVocabulary` (`logs.vocabulary`).
 
-Imports: core, analysis (diagnose), actions.logs (groups, inputs, oneparse, records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
+Imports: core, analysis (diagnose), logs (groups, inputs, oneparse, records, report, sql, summary, vocabulary); duckdb lazily. Never prints.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError
-from stopdoctor.actions.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
-from stopdoctor.actions.logs.groups import sample_groups
-from stopdoctor.actions.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
-from stopdoctor.actions.logs.records import normalise_sql, prepared_lines, streams_sql
-from stopdoctor.actions.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
-from stopdoctor.actions.logs.summary import BAD_EXAMPLES, charts, lie_problems
-from stopdoctor.actions.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
+from stopdoctor.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
+from stopdoctor.logs.groups import sample_groups
+from stopdoctor.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
+from stopdoctor.logs.records import normalise_sql, prepared_lines, streams_sql
+from stopdoctor.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
+from stopdoctor.logs.summary import BAD_EXAMPLES, charts, lie_problems
+from stopdoctor.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
+from stopdoctor.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
 # Running the query
@@ -127,7 +127,7 @@ def _stream_statements(path: str, vocabulary: TurnVocabulary) -> list[str]:
 
 
 def _key_groups(con, source: str, settings: LogsSettings) -> dict[str, frozenset[str]]:
-    """The key groups of a file's first lines (`actions.logs.groups`); none for a custom log."""
+    """The key groups of a file's first lines (`logs.groups`); none for a custom log."""
     if settings.overrides:
         return {}
     return sample_groups(con, source, prepared_lines)
@@ -257,7 +257,7 @@ REDO_GROUPED = 10_000
 
 def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
                    on_progress: Callable[[float], None] | None = None, one_parse: bool = True) -> int | None:
-    """`source`'s records into `rec` as `path`'s: the per-group read (`actions.logs.oneparse`), then
+    """`source`'s records into `rec` as `path`'s: the per-group read (`logs.oneparse`), then
     the general query for the lines it left (their number is returned); the general query alone
     (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
     false (the same records, slower)."""
@@ -276,7 +276,7 @@ def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, sett
 
 def open_counted_records():
     """A DuckDB connection (bounded memory) with an empty table `counted` of records with a
-    `weight` (`actions.logs.partial`: a row kept whole has weight 1, a counted row the number of
+    `weight` (`logs.partial`: a row kept whole has weight 1, a counted row the number of
     records it stands for), and `rec`, the records table the report reads, as each counted row
     repeated `weight` times: the report's every count is the count of the records."""
     con, _ = connect()

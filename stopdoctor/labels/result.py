@@ -93,7 +93,7 @@ class LabelledExample:
     unlocated: int = 0  # assistant messages whose content the template does not write verbatim
     line: int = 0  # in the data file
     dropped: bool = False  # the trainer leaves it out at --max-length (see `_dropped`): no spans judged
-    thoughts: Any = None  # stopdoctor.actions.labels.thoughts.ThoughtVerdict: its reasoning, when it holds some
+    thoughts: Any = None  # stopdoctor.labels.thoughts.ThoughtVerdict: its reasoning, when it holds some
 
     @property
     def tokenized(self) -> bool:

@@ -10,7 +10,7 @@ The new file is written beside the old one and renamed over it (a failure leaves
 whole); `backup` keeps the old file as FILE.bak (a hard link to the old bytes where the file
 system allows one, else a copy).
 
-Imports: core, facts.gguf (value types), actions.edits (link checks, backups).
+Imports: core, facts.gguf (value types), writers.edits (link checks, backups).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from stopdoctor.actions.edits import refuse_linked, replace_with, stage_with
+from stopdoctor.writers.edits import refuse_linked, replace_with, stage_with
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFValueType
 
@@ -153,7 +153,7 @@ class GgufKeyEdit:
         set_int_key(self.path, self.key, self.new, backup)
 
     def stage(self) -> Path:
-        """The new file written beside the GGUF, not yet renamed over it (`actions.edits.FixPlan`)."""
+        """The new file written beside the GGUF, not yet renamed over it (`writers.edits.FixPlan`)."""
         return stage_int_key(self.path, self.key, self.new)
 
 

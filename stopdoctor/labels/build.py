@@ -4,13 +4,13 @@ Builds input ids and labels for every example of a JSONL dataset the way the com
 do, then asks of every assistant span (or plain-text example) whether its end-of-turn (or eos)
 token is *trained* (its label is not -100), and if not, why.
 
-How each collator labels tokens is `actions.labels.collators`; rendering the examples is
-`actions.labels.prepare`; the datasets are read by `facts.datasets`. This module runs them over a
+How each collator labels tokens is `labels.collators`; rendering the examples is
+`labels.prepare`; the datasets are read by `facts.datasets`. This module runs them over a
 dataset in chunks, judging an example in character space when that gives the same verdict for
 certain, and keeps only the verdicts.
 
 Imports: core, facts, analysis (the end-of-turn: `analyze(...).end_of_turn[*].text`), template,
-actions.labels; `tokenizers` through the vocabulary. Never transformers or torch.
+labels; `tokenizers` through the vocabulary. Never transformers or torch.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from stopdoctor.core.types import ChatTemplate
 from stopdoctor.facts.datasets import Example
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.template.render import ChatRenderer
-from stopdoctor.actions.labels.collators import axolotl_ids, bytes_bound_tokens, judge_in_text, must_tokenize, tokenize_and_label
-from stopdoctor.actions.labels.prepare import prepare_example
-from stopdoctor.actions.labels.thoughts import judge_thoughts
-from stopdoctor.actions.labels.result import COLLATORS, LabelSettings, DatasetLabels
+from stopdoctor.labels.collators import axolotl_ids, bytes_bound_tokens, judge_in_text, must_tokenize, tokenize_and_label
+from stopdoctor.labels.prepare import prepare_example
+from stopdoctor.labels.thoughts import judge_thoughts
+from stopdoctor.labels.result import COLLATORS, LabelSettings, DatasetLabels
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' and TRL's test
 

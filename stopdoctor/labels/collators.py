@@ -38,7 +38,7 @@ drops those left with no trained token, Axolotl every one longer than `sequence_
 `trl/data_utils.py`): "bfd" truncates what overflows like plain truncation; "bfd_split" and
 "wrapped" split a long example across packed rows, so nothing is cut away.
 
-Imports: core, actions.labels (result, prepare); `tokenizers` objects are passed in. Never transformers or torch.
+Imports: core, labels (result, prepare); `tokenizers` objects are passed in. Never transformers or torch.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import ChatTemplate
-from stopdoctor.actions.labels.prepare import PreparedExample
-from stopdoctor.actions.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelledExample, LabelSettings, DatasetLabels, Span
+from stopdoctor.labels.prepare import PreparedExample
+from stopdoctor.labels.result import ABSENT, NO_GENERATION_MARKERS, NOT_AN_EOT_TOKEN, OUTSIDE_COMPLETION, OUTSIDE_GENERATION, OUTSIDE_TURN, PAD_MASKED, SPLIT, TRUNCATED, LabelledExample, LabelSettings, DatasetLabels, Span
 
 
 def axolotl_ids(settings: LabelSettings, template: ChatTemplate | None, eos_text: str | None,

@@ -1,6 +1,6 @@
 """The normalising query: engine-neutral DuckDB SQL from log lines of JSON text to one record per
 answer (every choice of an n > 1 response; a streamed response's chunks grouped by `id` into one),
-each field picked from whichever shape the line has (`actions.logs.shapes`), the finish reason
+each field picked from whichever shape the line has (`logs.shapes`), the finish reason
 normalised with the provider's own value kept beside it, and the flags the problems are counted
 from. It runs unchanged on a bigger DuckDB (`--show-sql`).
 
@@ -8,17 +8,17 @@ The first parse of a line reads every scalar path at once (one yyjson parse); ar
 a second look (Anthropic/Bedrock content blocks, Gemini parts, Responses output items, OTLP spans,
 the choices of an n > 1 response) are read again only on lines of that shape.
 
-Imports: actions.logs (shapes, sql, vocabulary), analysis.repetition. Builds text only; runs nothing.
+Imports: logs (shapes, sql, vocabulary), analysis.repetition. Builds text only; runs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stopdoctor.actions.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STREAMED, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
-from stopdoctor.actions.logs.groups import group_sql, kept
-from stopdoctor.actions.logs.sql import prefilter_sql, sql_string
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STREAMED, FINISH_REASONS, GEMINI_CANDIDATE, LINE_TIMESTAMPS, OPENAI_CHOICE, OTEL, OTEL_FLAT_ROOTS, OTEL_GENERATIONS, REQUEST_FIELDS, REQUEST_ROOTS, RESPONSE_ROOTS
+from stopdoctor.logs.groups import group_sql, kept
+from stopdoctor.logs.sql import prefilter_sql, sql_string
+from stopdoctor.logs.vocabulary import TurnVocabulary
 from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_WINDOW, RUN_GRAM,
                                             RUN_MIN_CHARS, RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 
@@ -38,7 +38,7 @@ class _Lookups:
 
     def __init__(self, group: frozenset[str] | None = None) -> None:
         self.paths: list[str] = []
-        self.group = group  # a key group's anchors (`actions.logs.groups`): paths it cannot have are NULL
+        self.group = group  # a key group's anchors (`logs.groups`): paths it cannot have are NULL
 
     def ref(self, path: str) -> str:
         if self.group is not None and not kept(path, self.group):
@@ -414,7 +414,7 @@ def normalise_sql(source: str, vocabulary: TurnVocabulary, overrides: Mapping[st
     per chunk (kind `openai-chat-stream`, raw fields kept) that `streams_sql` then groups into
     one answer. One pass over the lines; DuckDB SQL only, no Python in the loop.
 
-    With `groups` (`actions.logs.groups.sample_groups`; not with a custom log), a line of one of
+    With `groups` (`logs.groups.sample_groups`; not with a custom log), a line of one of
     them reads only the paths its group can have; every other line reads them all."""
     overrides = dict(overrides or {})
     full, custom = _branch(None, overrides)

@@ -7,7 +7,7 @@ every character (the close is never the pad token: it is refused as a stop and a
 `assistant-only` trains what overlaps a `{% generation %}` block; `completion-only` what follows the
 rendered prompt. Axolotl's turn masks are left unjudged (precision first).
 
-Imports: template.reasoning (the structure, as data), actions.labels.prepare.
+Imports: template.reasoning (the structure, as data), labels.prepare.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stopdoctor.template.reasoning import ReasoningStructure
-from stopdoctor.actions.labels.prepare import PreparedExample
+from stopdoctor.labels.prepare import PreparedExample
 
 
 @dataclass(frozen=True)

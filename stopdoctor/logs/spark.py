@@ -2,18 +2,18 @@
 that live in a lake; every shape the DuckDB engine reads, `--field` included.
 
 One source of truth: each Spark task runs the DuckDB engine's own normalising query
-(`actions.logs.records.normalise_sql`, built once on the driver) in an embedded DuckDB over its
+(`logs.records.normalise_sql`, built once on the driver) in an embedded DuckDB over its
 part of the lines (`mapInArrow`, Arrow batches in and out), and reduces the records it made to
-counts and the few rows the report shows (`actions.logs.partial`). The chunks of streamed
+counts and the few rows the report shows (`logs.partial`). The chunks of streamed
 responses meet by stream id after a shuffle and are grouped into answers there; Spark sums the
 counts. The driver receives only those sums and rows, and the DuckDB engine's own summary reads
-them (`actions.logs.query.records_report`): the counts are the DuckDB engine's, not a second
+them (`logs.query.records_report`): the counts are the DuckDB engine's, not a second
 implementation of them.
 
 The executors need stopdoctor (and so duckdb) installed, as they need pyspark: under spark-submit
 ship the same environment (`--archives env.tar.gz#env`, PYSPARK_PYTHON=./env/bin/python).
 
-Imports: core, actions.logs (groups, inputs, partial, query, records, report, sql, summary, vocabulary);
+Imports: core, logs (groups, inputs, partial, query, records, report, sql, summary, vocabulary);
 pyspark, pyarrow and duckdb lazily.
 """
 
@@ -25,15 +25,15 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from stopdoctor.actions.logs.groups import SAMPLE_LINES, sample_groups
-from stopdoctor.actions.logs.partial import RECORD_NAMES, bucketed_sql, part_sql
-from stopdoctor.actions.logs.query import RECORD_COLUMNS, connect, open_counted_records, records_report
-from stopdoctor.actions.logs.records import normalise_sql, prepared_lines
-from stopdoctor.actions.logs.report import LogsSummary, LogsSettings
-from stopdoctor.actions.logs.inputs import NOT_UTF8_LINE, check_log_file
-from stopdoctor.actions.logs.sql import is_parquet, is_remote, sql_string
-from stopdoctor.actions.logs.summary import timeline_bucket
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary, builtin_vocabulary
+from stopdoctor.logs.groups import SAMPLE_LINES, sample_groups
+from stopdoctor.logs.partial import RECORD_NAMES, bucketed_sql, part_sql
+from stopdoctor.logs.query import RECORD_COLUMNS, connect, open_counted_records, records_report
+from stopdoctor.logs.records import normalise_sql, prepared_lines
+from stopdoctor.logs.report import LogsSummary, LogsSettings
+from stopdoctor.logs.inputs import NOT_UTF8_LINE, check_log_file
+from stopdoctor.logs.sql import is_parquet, is_remote, sql_string
+from stopdoctor.logs.summary import timeline_bucket
+from stopdoctor.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 from stopdoctor.core.errors import InputError, MissingDependencyError
 
 # Lines a task normalises in one DuckDB query (binding the query takes ~0.3 s); any size gives the
@@ -254,7 +254,7 @@ def counted_records(spark, path: str, vocabulary: TurnVocabulary, settings: Logs
 
 def analyze_logs_spark(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                        settings: LogsSettings = LogsSettings()) -> LogsSummary:
-    """The report of `actions.logs.query.analyze_logs`, the lines read by Spark."""
+    """The report of `logs.query.analyze_logs`, the lines read by Spark."""
     if not paths:
         raise InputError("no log file given", hint="stopdoctor logs --engine spark responses.jsonl [more …]")
     for path in paths:

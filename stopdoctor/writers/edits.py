@@ -57,7 +57,7 @@ class FixPlan:
     def stage(self, backup: bool = False) -> StagedPlan:
         """Check every target and write every new file beside it, changing nothing yet: each target
         a regular file reached by no link, no FILE.bak in the way with `backup`, each new text (and
-        a GGUF's new bytes, `actions.gguf_edit`) staged in a temporary file, flushed. Whatever
+        a GGUF's new bytes, `writers.gguf_edit`) staged in a temporary file, flushed. Whatever
         refuses (a link, an earlier backup, a read-only folder, a full disk, a GGUF the editor
         cannot rewrite exactly) refuses here, before anything is changed or printed."""
         for edit in self.edits:

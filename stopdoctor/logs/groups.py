@@ -12,13 +12,13 @@ the speed, never a field. An OpenAI request+response pair reads ~40 paths instea
 The groups a file has are taken from its first lines (`sample_groups`); a line whose group was not
 in the sample is read with every path, as before.
 
-Imports: actions.logs.sql. Builds text; `sample_groups` runs one small query on a connection it is given.
+Imports: logs.sql. Builds text; `sample_groups` runs one small query on a connection it is given.
 """
 
 from __future__ import annotations
 
 import re
-from stopdoctor.actions.logs.sql import sql_string
+from stopdoctor.logs.sql import sql_string
 
 # Deepest first: a path is anchored at the first of these it lies strictly under.
 ANCHOR_ROOTS = ("$.response.body", "$.request.body", "$.result.message", "$.modelOutput", "$.modelInput",

@@ -8,14 +8,14 @@ optionally under `response.body` as in OpenAI batch output): OpenAI-compatible c
 `/generate` (`details.finish_reason`), llama.cpp `/completion` (`stop_type`, `stopped_*`,
 `stopping_word`), Ollama `/api/chat` and `/api/generate` (`done_reason`).
 
-Imports: actions.logs.vocabulary (the prefilter's words), analysis.diagnose (its user labels). Builds text only; runs nothing.
+Imports: logs.vocabulary (the prefilter's words), analysis.diagnose (its user labels). Builds text only; runs nothing.
 """
 
 from __future__ import annotations
 
 import re
 
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.logs.vocabulary import TurnVocabulary
 from stopdoctor.analysis.diagnose import USER_LABELS
 
 # Text that ends a sentence (or a code block) when an answer was cut by the budget.

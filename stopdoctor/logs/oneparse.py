@@ -1,33 +1,33 @@
-"""The per-group read of a log file: each line's key group (`actions.logs.groups`: one `json_keys`
+"""The per-group read of a log file: each line's key group (`logs.groups`: one `json_keys`
 parse), then, for a group sampled from the file's first lines, one `json_extract_string` of only the
 paths that group can have, and the line's one answer computed in place as columns (no per-line list
 of answers to unnest, no array read again, a short query per file).
 
-Exactness: a line of a sampled group has every other path NULL (`actions.logs.groups`), so its
+Exactness: a line of a sampled group has every other path NULL (`logs.groups`), so its
 fields are the general query's. A valid JSON line of a group the sample did not have, or with a
 list of answers (OTel spans, n > 1 choices), is written with its line number negated and read again
-by the general query (`actions.logs.records.normalise_sql`) over `redo_lines`.
+by the general query (`logs.records.normalise_sql`) over `redo_lines`.
 
 Measured, and kept out: one `json_extract_string` a line of the union of the sampled groups' paths
 with a check path for every other anchor (two parses a line, no `json_keys`) read ~150 paths a line
 on a mixed log and cost more than the key group does (benchmarks/RESULTS.md).
 
-Imports: actions.logs (groups, records, sql, vocabulary). Builds text only; runs nothing.
+Imports: logs (groups, records, sql, vocabulary). Builds text only; runs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stopdoctor.actions.logs.groups import group_sql
-from stopdoctor.actions.logs.records import (
+from stopdoctor.logs.groups import group_sql
+from stopdoctor.logs.records import (
     BLANK_LINE,
     one_answer,
     prepared_lines,
     records_sql,
 )
-from stopdoctor.actions.logs.sql import sql_string
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.logs.sql import sql_string
+from stopdoctor.logs.vocabulary import TurnVocabulary
 
 
 def one_parse_sql(source: str, vocabulary: TurnVocabulary, groups: Mapping[str, frozenset[str]]) -> str:

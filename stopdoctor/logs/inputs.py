@@ -25,7 +25,7 @@ from pathlib import Path
 
 from stopdoctor.core.errors import InputError
 
-# The longest line read (DuckDB's max_line_size in actions.logs.sql): a logged response of
+# The longest line read (DuckDB's max_line_size in logs.sql): a logged response of
 # 8 MB is far past any real answer; DuckDB holds a line several times over while it parses it,
 # and its read buffer (16 lines of this size) must fit in its memory limit.
 MAX_LINE_BYTES = 8 * 1024 * 1024

@@ -2,7 +2,7 @@
 to the five that matter (`stop`, `length`, `tool_calls`, `content_filter`, `error`), the provider's
 own value kept beside it (as OpenRouter's `native_finish_reason`).
 
-Data only: the query (`actions.logs.sql`) is generated from these tables, so a new shape or a new
+Data only: the query (`logs.sql`) is generated from these tables, so a new shape or a new
 spelling is one line here. Each path is a suffix under a response root (`$`, `$.response`,
 `$.response.body`, ...); a choice's suffixes are relative to one choice (OpenAI `choices[i]`,
 Gemini `candidates[i]`).
@@ -135,7 +135,7 @@ LINE_TIMESTAMPS = ("$.timestamp", "$.time", '$."@timestamp"', "$.request_time")
 
 ANTHROPIC_EVENTS = ("message_start", "content_block_start", "content_block_delta", "content_block_stop",
                     "message_delta", "message_stop", "ping", "error")
-# Shapes whose lines are pieces of one answer, grouped by stream (`actions.logs.records.streams_sql`).
+# Shapes whose lines are pieces of one answer, grouped by stream (`logs.records.streams_sql`).
 # A Gemini line is a whole response or one chunk of a stream (`streamGenerateContent`: every
 # chunk a response with the same `responseId`, only the last with a finishReason): lines of one id
 # are one stream (`gemini-stream`) while every line but the last has no finishReason; a line with

@@ -1,7 +1,7 @@
 """A part of a log's records reduced to what the summary reads, so that an engine that reads the
-log in parts (`actions.logs.spark`) sends counts, not rows, to the driver.
+log in parts (`logs.spark`) sends counts, not rows, to the driver.
 
-A part's records (`actions.logs.records`, the columns of the records table) become rows with a
+A part's records (`logs.records`, the columns of the records table) become rows with a
 `weight`: the rows the summary shows or diagnoses one by one are kept whole (weight 1): every turn
 candidate (diagnosed in Python), and per problem the part's first rows in line order, as many as
 the summary can print or list; every other row is counted, its columns reduced to those a count
@@ -20,17 +20,17 @@ earliest and latest times are kept exact, so the timeline's bucket (chosen from 
 counts are those of the whole rows: first to the minute (`part_sql`, every bucket is whole
 minutes), then, once the span is known, to the timeline's bucket (`bucketed_sql`).
 
-Imports: actions.logs (records, report's bins, sql, summary's limits, conditions and bins, vocabulary).
+Imports: logs (records, report's bins, sql, summary's limits, conditions and bins, vocabulary).
 Builds text only.
 """
 
 from __future__ import annotations
 
-from stopdoctor.actions.logs.records import streams_sql
-from stopdoctor.actions.logs.report import HISTOGRAM_BINS
-from stopdoctor.actions.logs.sql import sql_string
-from stopdoctor.actions.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS, SIZED_MAX_TOKENS, token_bin
-from stopdoctor.actions.logs.vocabulary import TurnVocabulary
+from stopdoctor.logs.records import streams_sql
+from stopdoctor.logs.report import HISTOGRAM_BINS
+from stopdoctor.logs.sql import sql_string
+from stopdoctor.logs.summary import BAD_EXAMPLES, FLAGGED_LIMIT, LIE_CONDITIONS, SIZED_MAX_TOKENS, token_bin
+from stopdoctor.logs.vocabulary import TurnVocabulary
 from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 
 # Columns a counted row keeps; the others (line numbers, texts, example details) become NULL.
