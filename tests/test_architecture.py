@@ -86,3 +86,24 @@ def test_the_command_line_goes_through_the_public_entry_points():
              for target, _ in _imports(path)
              if target != "stopdoctor" and not target.startswith(allowed) and (name, target) not in exceptions]
     assert not wrong, "\n".join(wrong)
+
+
+def test_rules_read_typed_inputs_and_import_no_action():
+    """A rule judges the typed input an action or a pipeline built (rules/inputs.py); it never runs
+    an action itself: nothing in rules/ imports stopdoctor.actions at run time (a result's type,
+    under `if TYPE_CHECKING:`, is the input's type and may be named; the pipelines' result types in
+    stopdoctor.logs and stopdoctor.labels are inputs too)."""
+    wrong = []
+    for name, path in _modules().items():
+        if not name.startswith("stopdoctor.rules"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                       for n in ast.walk(block)}
+        wrong += [f"{name} imports {node.module}" for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("stopdoctor.actions")
+                  and id(node) not in typing_only]
+        wrong += [f"{name} imports {a.name}" for node in ast.walk(tree) if isinstance(node, ast.Import)
+                  and id(node) not in typing_only for a in node.names if a.name.startswith("stopdoctor.actions")]
+    assert not wrong, "\n".join(wrong)
