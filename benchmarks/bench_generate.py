@@ -40,7 +40,7 @@ def main() -> None:
     prompt = build_prompt(context.facts, messages=[{"role": "user", "content": "What is the capital of France?"}])
     # The model's own stop ids plus a stop string that never matches: both paths of the loop run.
     stops = resolve_stops(context.analysis, None, [], ["\u2063never"])
-    stop_ids = stops.id_list
+    stop_ids = stops.ids
     input_ids = torch.tensor([prompt.ids], device=engine.device)
 
     def plain() -> list[int]:
@@ -69,8 +69,8 @@ def main() -> None:
     started = time.perf_counter()
     for _ in range(replay_runs):
         detok = IncrementalDetokenizer(vocab.tokenizer())
-        matcher = StopStringMatcher(stops.strings)
-        by_id = {s.id: s for s in stops.ids}
+        matcher = StopStringMatcher(stops.texts)
+        by_id = {s.id: s for s in stops.stops}
         steps = []
         for step, token_id in enumerate(tokens["stopdoctor"]):
             piece = detok.push(token_id)

@@ -35,7 +35,7 @@ from stopdoctor.template.limits import render_deadline
 if TYPE_CHECKING:
     from stopdoctor.actions.diff import ModelDiff
     from stopdoctor.actions.generate.local import LocalEngine
-    from stopdoctor.actions.generate.request import Engine, Prompt, Sampling, StopSet
+    from stopdoctor.actions.generate.request import Engine, Prompt, Sampling
     from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult, ModelContext
     from stopdoctor.actions.generate.server import ServerEngine
     from stopdoctor.labels.result import DatasetLabels
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from stopdoctor.actions.render import RenderResult
     from stopdoctor.actions.stop_odds import Context, StopEvidence, StopOdds
     from stopdoctor.core.types import ChatTemplate
+    from stopdoctor.runtimes.stops import RuntimeStops
     from stopdoctor.analysis.weights import WeightsReport
     from stopdoctor.rules.registry import Rule
     from stopdoctor.rules.results import InspectResult, LabelsResult, LogsResult
@@ -417,11 +418,11 @@ class GenerationPlan:
 
     context: ModelContext
     prompts: list[Prompt]
-    stops: StopSet | None  # None for the fragment test
+    stops: RuntimeStops | None  # None for the fragment test
     reference: list[Context] | None = None
 
     @property
-    def stop_set(self) -> StopSet:
+    def stop_set(self) -> RuntimeStops:
         """The stop set a generation stops on; a fragment-test plan has none (it runs `fragment_test`)."""
         if self.stops is None:
             raise TypeError("a fragment-test plan has no stop set: run it with fragment_test")
@@ -538,7 +539,7 @@ def run_generation(plan: GenerationPlan, engine: Engine, max_new_tokens: int, ho
             with step(f"generating up to {max_new_tokens} tokens{mode}…"):
                 result = generate(plan, engine, built, max_new_tokens, how)
             missed = result.diagnosis.should_have_stopped
-            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stop_set.source, served) if missed and fixer else None
+            fix = fixer(plan.context.analysis, missed.id, missed.text, plan.stop_set.runtime, served) if missed and fixer else None
             evidence = None
             if needs_stop_evidence(plan, result):
                 with step("the run went to the budget: measuring whether the weights can end a turn…"):

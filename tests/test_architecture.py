@@ -107,3 +107,22 @@ def test_rules_read_typed_inputs_and_import_no_action():
         wrong += [f"{name} imports {a.name}" for node in ast.walk(tree) if isinstance(node, ast.Import)
                   and id(node) not in typing_only for a in node.names if a.name.startswith("stopdoctor.actions")]
     assert not wrong, "\n".join(wrong)
+
+
+def test_one_stop_set_type():
+    """One type says what a run stops on (STYLE: "one stop-set type"): `RuntimeStops`, used by the
+    runtimes, the serving rules and generate alike. A stop set is a class named like one, or a
+    dataclass holding a sequence of `StopId`s."""
+    import re
+
+    named = re.compile(r"Stop\w*Set|Stops$")
+    found = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            holds_ids = any(isinstance(item, ast.AnnAssign) and re.search(r"\[StopId\b", ast.unparse(item.annotation))
+                            for item in node.body)
+            if named.search(node.name) or holds_ids:
+                found.append(f"{module}.{node.name}")
+    assert found == ["stopdoctor.runtimes.stops.RuntimeStops"], found

@@ -90,7 +90,7 @@ def test_generate_stops_runtime_name(real_models):
     from stopdoctor.actions.generate.request import resolve_stops
 
     analysis = inspect_model(str(real_models.smollm2_hf)).analysis
-    assert resolve_stops(analysis, "runtime:sglang", [], []).id_list == [2]
+    assert resolve_stops(analysis, "runtime:sglang", [], []).ids == [2]
     gguf = inspect_model(str(real_models.gemma_gguf)).analysis
     with pytest.raises(InputError, match="does not load a GGUF"):
         resolve_stops(gguf, "runtime:mlx-lm", [], [])

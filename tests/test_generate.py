@@ -46,21 +46,21 @@ def broken_context(real_models):
 
 def test_default_stops_are_the_models_own_runtime_and_say_so(real_models, broken_context):
     stops = resolve_stops(broken_context.analysis, None, [], [])
-    assert stops.source == "transformers"
-    assert stops.id_list == [0]  # the broken generation_config.json eos
-    assert stops.ids[0].location.file == "generation_config.json"
+    assert stops.runtime == "transformers"
+    assert stops.ids == [0]  # the broken generation_config.json eos
+    assert stops.stops[0].location.file == "generation_config.json"
     gguf = load_context(str(real_models.smollm2_gguf))
     assert resolve_stops(gguf.analysis, None, [], []).source == "llama.cpp"
 
 
 def test_stop_options_combine_as_documented(broken_context):
     analysis = broken_context.analysis
-    assert resolve_stops(analysis, "runtime:vllm", [], []).id_list == [0, 2]  # tokenizer eos + generation eos
+    assert resolve_stops(analysis, "runtime:vllm", [], []).ids == [0, 2]  # tokenizer eos + generation eos
     only = resolve_stops(analysis, None, [7], ["###"])
-    assert (only.id_list, only.strings, only.source) == ([7], ("###",), "--stop-id")
+    assert (only.ids, only.texts, only.runtime) == ([7], ("###",), "--stop-id")
     both = resolve_stops(analysis, "model", [2], [])
-    assert both.id_list == [0, 2]
-    assert resolve_stops(analysis, "none", [], []).id_list == []
+    assert both.ids == [0, 2]
+    assert resolve_stops(analysis, "none", [], []).ids == []
     for bad in ("runtime:nope", "whatever"):
         with pytest.raises(InputError):
             resolve_stops(analysis, bad, [], [])

@@ -21,10 +21,10 @@ from stopdoctor.rules.runner import run_rules
 from stopdoctor.analysis.diagnose import StopCause, turn_enders
 from stopdoctor.core.errors import InputError
 from stopdoctor.fix import plan_fixes
-from stopdoctor.actions.generate.request import StopSet
 from stopdoctor.actions.generate.server import _server_cause
 from stopdoctor.core.types import ChatTemplate, Location
 from stopdoctor.runtimes.serving import load_serving
+from stopdoctor.runtimes.stops import RuntimeStops
 from stopdoctor.template.turns import analyze_turns
 
 from .helpers import cli
@@ -279,7 +279,7 @@ def test_report_never_says_the_end_of_turn_is_a_stop_id_above_sd101():
 
 def test_server_without_a_stop_reason_is_not_reported_as_eos(synth_root):
     facts = load(str(synth_root / "clean-chatml"))
-    stop = StopSet((), ("\nUser:",), "request", "--stop")
+    stop = RuntimeStops("request", (), "--stop", texts=("\nUser:",))
     cause = _server_cause("stop", None, stop, facts)
     assert cause.kind == "unreported" and "User:" in cause.text
     assert _server_cause("stop", "\nUser:", stop, facts) == StopCause("stop_string", text="\nUser:", stop_string="\nUser:")

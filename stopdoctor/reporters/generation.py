@@ -3,7 +3,7 @@ its diagnosis, and the fragment test. Pure functions: result in, string out. The
 token count come from the result (its request; its steps, or a server's usage), never from len(steps)
 alone: a server returns no steps.
 
-Imports: analysis.diagnose, actions.generate (data classes only; nothing here runs a model), reporters.
+Imports: runtimes.stops (the stop set), analysis.diagnose, actions.generate (data classes only; nothing here runs a model), reporters.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from rich.markup import escape
 
 from stopdoctor.analysis.diagnose import Generation, StopCause, end_of_turn_odds
-from stopdoctor.actions.generate.request import StopSet
 from stopdoctor.actions.generate.run import FragmentVerdict, GenerateResult
+from stopdoctor.runtimes.stops import RuntimeStops
 from stopdoctor.reporters.console import capture, text_of
 from stopdoctor.reporters.human import visible as _visible
 from stopdoctor.reporters.document import header
@@ -37,12 +37,12 @@ def _cause(cause: StopCause) -> dict[str, Any]:
     return out
 
 
-def _stops(stops: StopSet) -> dict[str, Any]:
+def _stops(stops: RuntimeStops) -> dict[str, Any]:
     return {
-        "source": stops.source,
+        "source": stops.runtime,
         "rule": stops.rule,
-        "ids": [{"id": s.id, "text": s.text, "location": _location(s.location)} for s in stops.ids],
-        "strings": list(stops.strings),
+        "ids": [{"id": s.id, "text": s.text, "location": _location(s.location)} for s in stops.stops],
+        "strings": list(stops.texts),
     }
 
 
@@ -177,9 +177,9 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     thinking = f", thinking {mode}" if mode != "default" else ""
     out.print(f"[bold]stopdoctor generate[/] {escape(result.model)}  "
               f"[dim]({escape(result.engine)} on {escape(result.device)}{escape(thinking)})[/]")
-    ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in stops.ids) or "none"
-    strings = f"; strings {escape(json.dumps(list(stops.strings), ensure_ascii=False))}" if stops.strings else ""
-    out.print(f"  stops     {escape(stops.source)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(stops.rule)})[/]")
+    ids = ", ".join(f"{s.id} {s.text}" if s.text else str(s.id) for s in stops.stops) or "none"
+    strings = f"; strings {escape(json.dumps(list(stops.texts), ensure_ascii=False))}" if stops.texts else ""
+    out.print(f"  stops     {escape(stops.runtime)}: {escape(f'[{ids}]')}{strings}  [dim]({escape(stops.rule)})[/]")
     if trace and g.steps:
         out.print("  trace")
         for s in g.steps:
@@ -218,7 +218,7 @@ def render_generation_human(result: GenerateResult, color: bool = False, width: 
     missed = d.should_have_stopped
     if missed is not None:
         where = f"at step {missed.step}" if missed.step is not None else "in the returned text"
-        why = ("but the server went on past it" if missed.id in {s.id for s in stops.ids}
+        why = ("but the server went on past it" if missed.id in stops.ids
                else "but is not a stop id")
         out.print(f"  [bold red]missed[/]    {escape(missed.text or '?')} (id {missed.id}) {where} should have ended the turn "
                   f"{why}")

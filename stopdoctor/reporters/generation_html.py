@@ -57,7 +57,7 @@ def _key() -> str:
 def _stream(result: Any) -> str:
     """Every step as a span (its id, P(end-of-turn) and kind in the title), in order."""
     g, d = result.generation, result.diagnosis
-    stop_ids = set(result.request.stops.id_list)
+    stop_ids = set(result.request.stops.ids)
     missed = d.should_have_stopped.step if d.should_have_stopped is not None else None
     spans = []
     for s in g.steps:
@@ -72,7 +72,7 @@ def odds_spec(result: Any) -> dict[str, Any] | None:
     """P(end-of-turn) before each token (the probability the model gave to ending the turn there),
     log scale; a red rule at the missed stop, a green one at the stop that ended the run."""
     g, d = result.generation, result.diagnosis
-    stop_ids = set(result.request.stops.id_list)
+    stop_ids = set(result.request.stops.ids)
     missed = d.should_have_stopped
     # NaN or infinite odds (broken weights) are said under the chart, never drawn (JSON has no NaN)
     measured = [s for s in g.steps if s.p_end_of_turn is not None and math.isfinite(s.p_end_of_turn)]
@@ -129,8 +129,8 @@ def _facts_table(result: Any, fix: Any, evidence: Any) -> str:
     g, d, request = result.generation, result.diagnosis, result.request
     rows = [("finish", describe_cause(g, request.max_new_tokens)),
             ("tokens", f"{g.new_tokens if g.new_tokens is not None else '?'} of a budget of {request.max_new_tokens}"),
-            ("stop set", f"{request.stops.source}: " + (", ".join(f"{s.text or '?'} ({s.id})" for s in request.stops.ids) or "no ids")
-             + (f"; strings {json.dumps(list(request.stops.strings), ensure_ascii=False)}" if request.stops.strings else "")
+            ("stop set", f"{request.stops.runtime}: " + (", ".join(f"{s.text or '?'} ({s.id})" for s in request.stops.stops) or "no ids")
+             + (f"; strings {json.dumps(list(request.stops.texts), ensure_ascii=False)}" if request.stops.texts else "")
              + f" — {request.stops.rule}")]
     if g.server is not None:
         server, usage = g.server, g.server.get("usage") or {}

@@ -110,6 +110,10 @@ class StopId:
 
 @dataclass(frozen=True)
 class RuntimeStops:
+    """The one stop-set type: what a runtime stops on, and what a `generate` run stops on.
+    `runtime` names whose set it is ("transformers", "vllm", a request's, or generate's own
+    sources: "--stop-id", "llama.cpp + --stop-id", "turn enders", "none")."""
+
     runtime: str
     stops: tuple[StopId, ...]
     rule: str  # how this runtime chose them, in one sentence

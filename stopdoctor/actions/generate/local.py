@@ -5,7 +5,7 @@ transformers and the converted copy cached.
 
 The only module that imports torch and transformers models, and only inside functions: importing
 it stays cheap and works without the `runtime` extra.
-Imports: core, facts, analysis (the generation data classes), actions.generate (request, stopmatch).
+Imports: core, facts, runtimes (the stop set), analysis (the generation data classes), actions.generate (request, stopmatch).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from stopdoctor.analysis.diagnose import Generation, Step, StopCause
 from stopdoctor.core.errors import InputError, MissingDependencyError
 from stopdoctor.core.types import ModelSource
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
+from stopdoctor.runtimes.stops import RuntimeStops
+from stopdoctor.actions.generate.request import Prompt, Sampling, stop_cause
 from stopdoctor.actions.generate.stopmatch import IncrementalDetokenizer, StopStringMatcher
 
 # The README's install line: torch's CPU build from PyTorch's own index first (a bare `torch` from
@@ -341,13 +342,13 @@ class LocalEngine:
         model.eval()
         return cls(model, facts, device, _torch=torch)
 
-    def generate(self, prompt: Prompt, stops: StopSet, max_new_tokens: int, sampling: Sampling = Sampling()) -> Generation:
+    def generate(self, prompt: Prompt, stops: RuntimeStops, max_new_tokens: int, sampling: Sampling = Sampling()) -> Generation:
         torch = self._torch
         vocab = self.facts.vocab
         special = vocab.special_ids
-        by_id = {s.id: s for s in stops.ids}
+        by_id = {s.id: s for s in stops.stops}
         detok = IncrementalDetokenizer(vocab.tokenizer(), skip_special_tokens=False)
-        matcher = StopStringMatcher(stops.strings) if stops.strings else None
+        matcher = StopStringMatcher(stops.texts) if stops.texts else None
         generator = None
         if not sampling.greedy and sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)

@@ -1,6 +1,6 @@
-"""What a generation is asked: the prompt (through the chat template, or raw), the stop set
-(a runtime's own rule, or ids and strings given by hand), the sampling and the token budget —
-one `GenerateRequest`, which the result carries. Also what every engine shares: the `Engine`
+"""What a generation is asked: the prompt (through the chat template, or raw), the stop set (one
+`RuntimeStops`, the type every runtime's set has: a runtime's own rule, or ids and strings given by
+hand), the sampling and the token budget — one `GenerateRequest`, which the result carries. Also what every engine shares: the `Engine`
 interface, and how a stop id that ended generation is named (`stop_cause`).
 
 Imports: core, facts, template (the prompt is rendered in the sandbox), runtimes (stop sets),
@@ -20,7 +20,7 @@ from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.engine_stops import ENGINES
-from stopdoctor.runtimes.stops import RUNTIMES, StopId, dedupe, primary_runtime
+from stopdoctor.runtimes.stops import RUNTIMES, RuntimeStops, StopId, dedupe, primary_runtime
 from stopdoctor.template.render import render_chat
 
 USER_STOP = Location("--stop-id")
@@ -78,26 +78,11 @@ class Prompt:
 
 
 @dataclass(frozen=True)
-class StopSet:
-    """What generation stops on. `source` names whose set the ids are ("transformers", "vllm",
-    "llama.cpp", "--stop-id", ...), `rule` how that set was chosen."""
-
-    ids: tuple[StopId, ...]
-    strings: tuple[str, ...]
-    source: str
-    rule: str
-
-    @property
-    def id_list(self) -> list[int]:
-        return sorted({s.id for s in self.ids})
-
-
-@dataclass(frozen=True)
 class GenerateRequest:
     """One generation as asked: what the result of `run_generate` says it was given."""
 
     prompt: Prompt
-    stops: StopSet
+    stops: RuntimeStops
     max_new_tokens: int
     sampling: Sampling = Sampling()
 
@@ -109,11 +94,11 @@ class Engine(Protocol):
     name: str
     device: str
 
-    def generate(self, prompt: Prompt, stops: StopSet, max_new_tokens: int,
+    def generate(self, prompt: Prompt, stops: RuntimeStops, max_new_tokens: int,
                  sampling: Sampling = Sampling()) -> Generation: ...
 
 
-def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], stop_strings: list[str]) -> StopSet:
+def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], stop_strings: list[str]) -> RuntimeStops:
     """`stops` is "model" (the model's own runtime), "runtime:NAME", "none", or None (model,
     unless --stop-id gives the ids). --stop-id ids are added to an explicit --stops set."""
     facts = analysis.facts
@@ -149,8 +134,10 @@ def resolve_stops(analysis: Analysis, stops: str | None, stop_ids: list[int], st
     if stop_ids:
         sources.append("--stop-id")
         rules.append("ids given with --stop-id")
-    return StopSet(tuple(dedupe(chosen)), tuple(dict.fromkeys(stop_strings)), " + ".join(sources) or "none",
-                   "; ".join(rules) or "no stop ids")
+    # The one stop-set type: `runtime` names whose set the ids are ("transformers", "llama.cpp",
+    # "--stop-id", "vllm + --stop-id", "none"), `texts` the --stop strings.
+    return RuntimeStops(" + ".join(sources) or "none", tuple(dedupe(chosen)), "; ".join(rules) or "no stop ids",
+                        texts=tuple(dict.fromkeys(stop_strings)))
 
 
 def build_prompt(facts: ModelFacts, *, messages: list[dict] | None = None, prompt: str | None = None,

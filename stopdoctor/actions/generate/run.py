@@ -18,8 +18,8 @@ from stopdoctor.analysis.diagnose import FINISH_STOP, Diagnosis, Generation, Tur
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts, load_model
-from stopdoctor.runtimes.stops import StopId
-from stopdoctor.actions.generate.request import Engine, GenerateRequest, Prompt, Sampling, StopSet, build_prompt
+from stopdoctor.runtimes.stops import RuntimeStops, StopId
+from stopdoctor.actions.generate.request import Engine, GenerateRequest, Prompt, Sampling, build_prompt
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def watch_end_of_turn(engine: Engine, analysis: Analysis) -> None:
         engine.watch = stop_targets(analysis)
 
 
-def run_generate(context: ModelContext, engine: Engine, prompt: Prompt, stops: StopSet,
+def run_generate(context: ModelContext, engine: Engine, prompt: Prompt, stops: RuntimeStops,
                  max_new_tokens: int, sampling: Sampling = Sampling()) -> GenerateResult:
     """Generate once with `engine` and diagnose the result against the model's turn structure."""
     if max_new_tokens < 1:
@@ -67,7 +67,7 @@ def run_generate(context: ModelContext, engine: Engine, prompt: Prompt, stops: S
     watch_end_of_turn(engine, context.analysis)
     generation = engine.generate(prompt, stops, max_new_tokens, sampling)
     enders = turn_enders(context.analysis)
-    diagnosis = diagnose(generation, enders, stops.id_list, turn_headers(context.analysis),
+    diagnosis = diagnose(generation, enders, stops.ids, turn_headers(context.analysis),
                          context.facts.vocab.special_tokens)
     end_texts = tuple(e.text for e in context.analysis.end_of_turn)
     thought = reasoning_outcome(context.analysis.reasoning, generation, prompt.thinking, end_texts)
@@ -106,8 +106,8 @@ def fragment_test(context: ModelContext, engine: Engine, max_new_tokens: int = 4
     facts, analysis = context.facts, context.analysis
     enders = turn_enders(analysis)
     watch_end_of_turn(engine, analysis)
-    stops = StopSet(tuple(StopId(i, e.text, Location("(any turn-ending token)")) for i, e in enders.items()), (),
-                    "turn enders", "template end-of-turn, tokenizer eos and every runtime's stop ids")
+    stops = RuntimeStops("turn enders", tuple(StopId(i, e.text, Location("(any turn-ending token)")) for i, e in enders.items()),
+                         "template end-of-turn, tokenizer eos and every runtime's stop ids")
     probes = []
     raw = build_prompt(facts, prompt=FRAGMENT, raw=True)
     # Rendered before any generation: the render time limit is for rendering, not for the model.
@@ -121,7 +121,7 @@ def fragment_test(context: ModelContext, engine: Engine, max_new_tokens: int = 4
         probes.append(chat)
     if chat is not None:
         headers = turn_headers(analysis)
-        turns = diagnose(chat.generation, enders, stops.id_list, headers, facts.vocab.special_tokens).turns
+        turns = diagnose(chat.generation, enders, stops.ids, headers, facts.vocab.special_tokens).turns
         if chat.ended_turn and not turns:
             count = chat.generation.new_tokens
             after = f" after {count} tokens" if count is not None else ""

@@ -3,7 +3,7 @@
 gives no token ids: the cause of a stop is what it reports (`finish_reason`, `stop_reason`,
 `matched_stop`), and the token count is its `usage`.
 
-Imports: core, facts, analysis (the generation data classes), actions.generate.request. No torch.
+Imports: core, facts, runtimes (the stop set), analysis (the generation data classes), actions.generate.request. No torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from stopdoctor.analysis.diagnose import FINISH_LENGTH, FINISH_REPETITION, FINIS
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.http_client import Limits, ServerRejected, request_json
 from stopdoctor.facts.model_facts import ModelFacts
-from stopdoctor.actions.generate.request import Prompt, Sampling, StopSet, stop_cause
+from stopdoctor.runtimes.stops import RuntimeStops
+from stopdoctor.actions.generate.request import Prompt, Sampling, stop_cause
 
 
 def _first_choice(reply: Any) -> dict:
@@ -61,7 +62,7 @@ class ServerEngine:
         self.model_name = match or (served[0] if len(served) == 1 else spec)
         return self.model_name
 
-    def generate(self, prompt: Prompt, stops: StopSet, max_new_tokens: int, sampling: Sampling = Sampling()) -> Generation:
+    def generate(self, prompt: Prompt, stops: RuntimeStops, max_new_tokens: int, sampling: Sampling = Sampling()) -> Generation:
         route = self.route or ("chat" if prompt.templated else "completions")
         body: dict[str, Any] = {"model": self.model_name, "max_tokens": max_new_tokens,
                                 "temperature": sampling.temperature}
@@ -69,10 +70,10 @@ class ServerEngine:
             body["top_p"] = sampling.top_p
         if sampling.seed is not None:
             body["seed"] = sampling.seed
-        if stops.strings:
-            body["stop"] = list(stops.strings)
-        if stops.ids:
-            body["stop_token_ids"] = stops.id_list  # a vLLM extension; others may reject it
+        if stops.texts:
+            body["stop"] = list(stops.texts)
+        if stops.stops:
+            body["stop_token_ids"] = stops.ids  # a vLLM extension; others may reject it
         if route == "chat":
             body["messages"] = list(prompt.messages) or [{"role": "user", "content": prompt.text}]
             if prompt.template_vars:  # a thinking switch: vLLM, SGLang and llama.cpp read chat_template_kwargs
@@ -168,7 +169,7 @@ def _reasoning_field(message: Any) -> tuple[str, str] | None:
     return None
 
 
-def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFacts | None) -> StopCause:
+def _server_cause(finish: Any, stop_reason: Any, stops: RuntimeStops, facts: ModelFacts | None) -> StopCause:
     if finish == FINISH_LENGTH:
         return StopCause("length")
     if finish == FINISH_REPETITION:
@@ -176,15 +177,15 @@ def _server_cause(finish: Any, stop_reason: Any, stops: StopSet, facts: ModelFac
     if isinstance(stop_reason, str):
         return StopCause("stop_string", text=stop_reason, stop_string=stop_reason)
     if isinstance(stop_reason, int):
-        stop = next((s for s in stops.ids if s.id == stop_reason), None)
+        stop = next((s for s in stops.stops if s.id == stop_reason), None)
         if stop is not None and facts is not None:
             return stop_cause(stop, facts, step=-1)
         return StopCause("stop_id", id=stop_reason, text=facts.vocab.text_of(stop_reason) if facts else None)
     # No reason given (vLLM for the eos; TGI, llama.cpp and transformers serve always): name the
     # cause only when one candidate could have ended it. A stop string is never called "eos".
-    if not stops.strings and len(stops.ids) == 1 and facts is not None:
-        return stop_cause(stops.ids[0], facts, step=-1)
-    if not stops.strings and not stops.ids:
+    if not stops.texts and len(stops.stops) == 1 and facts is not None:
+        return stop_cause(stops.stops[0], facts, step=-1)
+    if not stops.texts and not stops.stops:
         return StopCause("eos")  # only the server's own eos could have ended it
-    candidates = [f"{s.text or s.id} (id {s.id})" for s in stops.ids] + [json.dumps(t, ensure_ascii=False) for t in stops.strings]
+    candidates = [f"{s.text or s.id} (id {s.id})" for s in stops.stops] + [json.dumps(t, ensure_ascii=False) for t in stops.texts]
     return StopCause("unreported", text=", ".join(candidates))
