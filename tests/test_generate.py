@@ -50,7 +50,7 @@ def test_default_stops_are_the_models_own_runtime_and_say_so(real_models, broken
     assert stops.ids == [0]  # the broken generation_config.json eos
     assert stops.stops[0].location.file == "generation_config.json"
     gguf = load_context(str(real_models.smollm2_gguf))
-    assert resolve_stops(gguf.analysis, None, [], []).source == "llama.cpp"
+    assert resolve_stops(gguf.analysis, None, [], []).runtime == "llama.cpp"
 
 
 def test_stop_options_combine_as_documented(broken_context):
