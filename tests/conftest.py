@@ -19,18 +19,34 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Hermetic: never reach the hub, never read the developer's HF cache.
-_HF_HOME = tempfile.mkdtemp(prefix="stopdoctor-hf-")
+# Bytecode is compiled and kept, as in any install: under PYTHONDONTWRITEBYTECODE every CLI run in a
+# subprocess compiled the package from source again, and pytest rewrote every test module's asserts
+# again in each xdist worker (~30 s of CPU in the quick loop).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# Hermetic: never reach the hub, never read the developer's HF cache or stopdoctor cache. One run's
+# folders are shared by its xdist workers (they inherit the controller's environment, which loaded
+# this file first): a GGUF's converted tokenizer (15 s for Gemma's 262k vocabulary) is built once a
+# run, not once a worker; the cache writes are atomic. The process that made them removes them when
+# it ends (pytest's own tmp_path folders are kept only for failures).
+_INHERITED = os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("STOPDOCTOR_TEST_FOLDERS")
+if _INHERITED:
+    _HF_HOME, _CACHE = _INHERITED.split(os.pathsep)
+else:
+    _HF_HOME = tempfile.mkdtemp(prefix="stopdoctor-hf-")
+    _CACHE = tempfile.mkdtemp(prefix="stopdoctor-cache-")
+    os.environ["STOPDOCTOR_TEST_FOLDERS"] = os.pathsep.join((_HF_HOME, _CACHE))
 os.environ["HF_HOME"] = _HF_HOME
 os.environ["HF_HUB_CACHE"] = str(Path(_HF_HOME) / "hub")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("NO_COLOR", None)
-os.environ["STOPDOCTOR_CACHE"] = tempfile.mkdtemp(prefix="stopdoctor-cache-")
-TEMP_FOLDERS = (_HF_HOME, os.environ["STOPDOCTOR_CACHE"])
-# Removed when the test process ends (pytest's own tmp_path folders are kept only for failures).
-for _folder in TEMP_FOLDERS:
-    atexit.register(shutil.rmtree, _folder, ignore_errors=True)
+os.environ["STOPDOCTOR_CACHE"] = _CACHE
+TEMP_FOLDERS = (_HF_HOME, _CACHE)
+if not _INHERITED:
+    for _folder in TEMP_FOLDERS:
+        atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 
 pytest_plugins = ["tests.realmodels_fixture", "tests.weights_fixture", "tests.llamaserver_fixture"]
 

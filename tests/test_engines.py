@@ -150,6 +150,7 @@ def test_fix_write_gguf_eos(broken_gguf):
     assert [f.code for f in inspect_model(str(broken_gguf.with_name("smol.gguf.bak"))).findings if f.code == "SD101"]
 
 
+@pytest.mark.slow  # gguf-py's reader takes ~3 s CPU on the SmolLM2 GGUF; test_fix_write_gguf_eos checks the digest quickly
 def test_gguf_added_key_keeps_tensors(broken_gguf):
     import gguf
 

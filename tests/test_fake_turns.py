@@ -68,6 +68,7 @@ def real_answers() -> dict[str, str]:
         pytest.fail(f"real answers unavailable ({error}): run `python fixtures/realmodels.py` (bash .ci/test-deps does)")
 
 
+@pytest.mark.slow  # 67,594 answers through the whole report (~30 s); the quick loop has the small cases above
 @pytest.mark.corpus
 def test_false_positives_on_real_answers_are_measured_against_hand_labels(real_answers, tmp_path):
     """67,594 ChatGPT answers read by `logs` as a log (its prefilter, then `diagnose_text`): every

@@ -440,6 +440,7 @@ def test_names_too_long_for_the_file_system(model, tmp_path):
     one_line_exit_2(cli("check", model(), "--serving", serving), "chat template file")
 
 
+@pytest.mark.slow  # a 1M-character prompt tokenized (~5-9 s); test_prompt_tokens_behave_as_a_list is the quick one
 def test_render_of_a_prompt_with_a_million_tokens(model):
     """A template may write up to 2M characters; rendering and encoding that stays bounded."""
     folder = model(**{"chat_template.jinja": "{{ 'x' * 1000000 }}" + CHATML})

@@ -205,8 +205,12 @@ def test_the_test_suite_cleans_up_its_temp_folders():
     import subprocess
     import sys
 
+    import os
+
     probe = ("import tests.conftest as c, json; print(json.dumps(c.TEMP_FOLDERS))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    # a test process of its own (not an xdist worker sharing this run's folders)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "STOPDOCTOR_TEST_FOLDERS")}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
     folders = json.loads(out.stdout)
     assert folders and not any(Path(f).exists() for f in folders)
     config = (ROOT / "pyproject.toml").read_text()
