@@ -348,19 +348,17 @@ def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
     vocab.gguf_header = header
     vocab._gguf_tokens = tokens
     vocab.complete = True
-    types = header.token_types
-    if types is not None:
-        import numpy as np
-
+    # a longer type array describes no token past the list; read from the file's bytes, no numpy
+    typed = header.ids_of_types((GGUF_CONTROL, GGUF_USER_DEFINED), len(tokens))
+    if typed is not None:
         location = Location(header.path.name, "tokenizer.ggml.token_type")
-        types = types[: len(tokens)]  # a longer type array describes no token past the list
-        for token_id in np.flatnonzero((types == GGUF_CONTROL) | (types == GGUF_USER_DEFINED)).tolist():
+        for token_id in typed:
             # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special tokens.
             add_token(vocab, token_id, tokens[token_id], True, location)
 
 
 def _all_strings(tokens: Sequence[Any]) -> bool:
-    from stopdoctor.facts.gguf import LazyStrings
+    from stopdoctor.facts.gguf_strings import LazyStrings
 
     return isinstance(tokens, LazyStrings) or all(isinstance(t, str) for t in tokens)
 
