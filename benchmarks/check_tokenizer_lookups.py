@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tokenizers
 
-from stopdoctor.facts.vocab import _without_merges  # noqa: PLC2701 - the function checked
+from stopdoctor.facts.vocab import _without_merges
 
 
 def check(path: Path) -> str:

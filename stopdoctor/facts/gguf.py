@@ -19,7 +19,7 @@ import mmap
 import re
 import stat
 import struct
-from array import array
+from array import array as int_array  # `array` is also a _Parser method
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -453,7 +453,7 @@ class _Parser:
             return [self.array(depth + 1) for _ in range(count)]
         raise self.fail(f"corrupt GGUF header: unknown array element type {element_type}")
 
-    def walk_strings(self, count: int) -> tuple[array, int]:
+    def walk_strings(self, count: int) -> tuple[int_array, int]:
         """Offsets of the `count` length-prefixed strings from here, and the offset past the last.
 
         Strings are walked one by one (each length says where the next begins), which in Python is
@@ -461,12 +461,12 @@ class _Parser:
         the end is done again with checks that name the problem.
         """
         if count == 0:
-            return array("q"), self.pos
+            return int_array("q"), self.pos
         found = walk_strings(self.buffer, self.pos, count, self.size)
         return found if found is not None else self.walk_strings_checked(count)
 
-    def walk_strings_checked(self, count: int) -> tuple[array, int]:
-        starts = array("q", bytes(8 * count))
+    def walk_strings_checked(self, count: int) -> tuple[int_array, int]:
+        starts = int_array("q", bytes(8 * count))
         for index in range(count):
             starts[index] = self.pos
             self.need(8, f"the length of string {index} of {count}")

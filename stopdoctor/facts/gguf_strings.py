@@ -11,13 +11,12 @@ import mmap
 import struct
 import sys
 from array import array
-from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import add, getitem, methodcaller
-from typing import Union
+from typing import TypeAlias
 
-Buffer = Union[mmap.mmap, bytes]
+Buffer: TypeAlias = mmap.mmap | bytes
 _U64 = struct.Struct("<Q")
 _DECODE = methodcaller("decode", "utf-8", "replace")
 
@@ -67,7 +66,7 @@ def raw_strings(buffer: Buffer, starts: Sequence[int], end: int) -> list[bytes]:
     """The bytes of each string (C loops: one slice per string, no Python step)."""
     begins = map(add, starts, repeat(8))
     stops = [*starts[1:], end]
-    return list(map(getitem, repeat(buffer), map(slice, begins, stops)))
+    return list(map(getitem, repeat(buffer), map(slice, begins, stops)))  # type: ignore[arg-type]
 
 
 def decode_strings(buffer: Buffer, starts: Sequence[int], end: int) -> list[str]:
