@@ -119,7 +119,7 @@ class LazyStrings(Sequence[str]):
         return self._indices(texts, last=False)
 
     def _indices(self, texts: Iterable[str], last: bool) -> dict[str, int]:
-        """Found through two bytes a string (`_signatures`): no string is decoded and no index of
+        """Found through three bytes a string (`_signatures`): no string is decoded and no index of
         the vocabulary's texts is built (262k entries, ~25 MB for Gemma). Searching the array's
         3 MB for each text's bytes was measured at 1-2 ms a text: ~90 texts for a Gemma inspect."""
         # llama.cpp never looks up an empty text; a linear search (`first`) finds an empty token
@@ -141,38 +141,40 @@ class LazyStrings(Sequence[str]):
         return found
 
     def _find(self, raw: bytes, last: bool) -> int | None:
-        """The first (last) index whose string is `raw`. Candidates come from `_signatures` (two
-        bytes a string: its length's low byte and its last byte), a C scan of 2 bytes per string;
-        each candidate's bytes are then compared whole."""
+        """The first (last) index whose string is `raw`. Candidates come from `_signatures` (three
+        bytes a string: its length's low byte and its last two bytes), a C scan of 3 bytes per
+        string; each candidate's bytes are then compared whole."""
         key = (raw, last)
         if key in self._found:
             return self._found[key]
         signatures, starts, buffer = self._signatures(), self._starts, self._buffer
-        wanted = bytes((len(raw) & 0xFF, raw[-1] if raw else 0))
         length = len(raw)
+        wanted = bytes((length & 0xFF,)) + (_U64.pack(length) + raw)[-2:]  # as `_signatures` reads a string
         found = None
         at = signatures.rfind(wanted) if last else signatures.find(wanted)
         while at >= 0:
-            if not at & 1:
-                start = starts[at >> 1]
+            if not at % 3:
+                start = starts[at // 3]
                 if _U64.unpack_from(buffer, start)[0] == length and buffer[start + 8: start + 8 + length] == raw:
-                    found = at >> 1
+                    found = at // 3
                     break
-            at = signatures.rfind(wanted, 0, at + 1) if last else signatures.find(wanted, at + 1)
+            at = signatures.rfind(wanted, 0, at + 2) if last else signatures.find(wanted, at + 1)
         self._found[key] = found
         return found
 
     def _signatures(self) -> bytes:
-        """Two bytes a string, built once: the low byte of its length and its last byte (the
-        prefix's last NUL for an empty one). Two list comprehensions (~40 ns a string); chains of
-        `map` were measured slower (each makes 262k ints)."""
+        """Three bytes a string, built once: the low byte of its length and its last two bytes
+        (those of its prefix for a shorter one). List comprehensions (~40 ns a string); chains of
+        `map` were measured slower (each makes 262k ints). With two bytes (length, last) Gemma's
+        thousands of `<unusedN>` tokens were candidates for every `<...>` text looked up."""
         if self._signature is None:
             starts, buffer = self._starts, self._buffer
             ends = starts[1:]
             ends.append(self._end)
-            signature = bytearray(2 * len(starts))
-            signature[0::2] = bytes([buffer[start] for start in starts])
-            signature[1::2] = bytes([buffer[end - 1] for end in ends])
+            signature = bytearray(3 * len(starts))
+            signature[0::3] = bytes([buffer[start] for start in starts])
+            signature[1::3] = bytes([buffer[end - 2] for end in ends])
+            signature[2::3] = bytes([buffer[end - 1] for end in ends])
             self._signature = bytes(signature)
         return self._signature
 
