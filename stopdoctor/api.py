@@ -99,8 +99,11 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
     from stopdoctor.rules.results import InspectResult
     from stopdoctor.rules.runner import run_rules
 
-    facts = load(spec, revision)
-    original = load(against) if against is not None else None
+    from stopdoctor.facts.vocab import for_lookups
+
+    with for_lookups():  # inspect encodes text only for a marker that is no single token
+        facts = load(spec, revision)
+        original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
         findings = model_findings(analysis)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tokenizers
 
-from stopdoctor.facts.vocab import Vocabulary, read_tokenizer_file
+from stopdoctor.facts.vocab import Vocabulary, for_lookups, read_tokenizer_file
 from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,8 @@ def test_inspect_loads_tokenizer_json_once_without_its_merges(loads) -> None:
 
 def test_an_encode_loads_the_whole_file_once(loads) -> None:
     vocab = Vocabulary()
-    read_tokenizer_file(vocab, CHATML / "tokenizer.json")
+    with for_lookups():
+        read_tokenizer_file(vocab, CHATML / "tokenizer.json")
     whole = tokenizers.Tokenizer.from_str((CHATML / "tokenizer.json").read_text())
     loads.clear()
     text = "hello world, the merges matter here"
@@ -59,13 +60,21 @@ def test_an_encode_loads_the_whole_file_once(loads) -> None:
 
 def test_lookups_without_merges_answer_as_the_whole_file() -> None:
     vocab = Vocabulary()
-    read_tokenizer_file(vocab, CHATML / "tokenizer.json")
+    with for_lookups():
+        read_tokenizer_file(vocab, CHATML / "tokenizer.json")
     whole = tokenizers.Tokenizer.from_file(str(CHATML / "tokenizer.json"))
     size = whole.get_vocab_size(with_added_tokens=True)
     assert vocab.size == size
     assert [vocab.text_of(i) for i in range(size + 2)] == [whole.id_to_token(i) for i in range(size + 2)]
     assert all(vocab.id_of(text) == token_id for text, token_id in whole.get_vocab(with_added_tokens=True).items())
     assert vocab._tokenizer is None  # nothing encoded: the whole file never loaded
+
+
+def test_a_command_that_encodes_loads_the_file_whole_once(loads) -> None:
+    """probe-stop encodes: one whole load, never a load without merges first (which would be
+    paid twice)."""
+    assert cli("probe-stop", "\\nUser:", "--model", str(CHATML)).code in (0, 1)
+    assert loads == [("file", "tokenizer.json")]
 
 
 def _with_tokenizer(tmp_path: Path, change) -> Path:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -269,11 +271,28 @@ def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, locati
     vocab.token_locations.setdefault(token_id, location)
 
 
+# Set while a command that never encodes (inspect) reads its model: tokenizer.json is then loaded
+# without its merges (`_without_merges`). A command that encodes loads it whole once.
+_FOR_LOOKUPS: ContextVar[bool] = ContextVar("stopdoctor_tokenizer_for_lookups", default=False)
+
+
+@contextmanager
+def for_lookups() -> Iterator[None]:
+    """tokenizer.json files read inside are loaded for lookups (ids, texts, size, post-processor):
+    without a BPE model's merges, and whole only if text is encoded after all."""
+    token = _FOR_LOOKUPS.set(True)
+    try:
+        yield
+    finally:
+        _FOR_LOOKUPS.reset(token)
+
+
 def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     """Fill `vocab` from tokenizer.json through the `tokenizers` library. The ids, texts, size and
     post-processor do not depend on a BPE model's merges, which are two thirds of the library's
-    load (~65 of ~100 ms for SmolLM2's 49k): the file is loaded without them (`_without_merges`),
-    and whole on the first encode (`Vocabulary.tokenizer()`). Parsing the JSON with the json module
+    load (~65 of ~100 ms for SmolLM2's 49k): inside `for_lookups()` (inspect) the file is loaded
+    without them (`_without_merges`) and whole on the first encode (`Vocabulary.tokenizer()`);
+    elsewhere (the commands that encode) whole at once. Parsing the JSON with the json module
     instead was measured as slow as the library. What the library refuses in the rest of the file
     it refuses here, with its message; what it would refuse in the merges array (a merge of unknown
     tokens, a broken array with an intact end) is refused by the commands that encode."""
@@ -288,7 +307,7 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     if info.st_size > MAX_TOKENIZER_BYTES:
         raise InputError(f"tokenizer.json: {info.st_size / 1e6:.0f} MB is larger than the "
                          f"{MAX_TOKENIZER_BYTES / 1e6:.0f} MB a tokenizer file can be (the largest real ones are ~35 MB)")
-    tokenizer = _without_merges(path)
+    tokenizer = _without_merges(path) if _FOR_LOOKUPS.get() else None
     if tokenizer is None:
         tokenizer = vocab._tokenizer = _load_tokenizer_file(path)
     vocab.tokenizer_file = path
