@@ -4,19 +4,22 @@ given folders:
 
     python benchmarks/check_tokenizer_lookups.py DIR [DIR...]
 
-Compared: the added tokens (id, content, special), get_vocab_size(with_added_tokens=True),
-token_to_id of every vocabulary text, id_to_token of every id up to the size + 3, and the
-post-processor. A file the whole load refuses must not load without its merges either, unless
+Compared (with the json-module read of `facts.tokenizer_json` or the library's load without
+merges, whichever `_without_merges` gives): the added tokens (id, content, special),
+get_vocab_size(with_added_tokens=True), token_to_id of every vocabulary text, id_to_token of
+every id up to the size + 3 (but the added tokens', which `Vocabulary` answers itself), and what model_facts reads of the post-processor. A file the whole load refuses must not load without its merges either, unless
 the merges are what it refuses (told apart). Exit 1 on any difference.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import tokenizers
 
+from stopdoctor.facts.tokenizer_json import PlainTokenizer
 from stopdoctor.facts.vocab import _without_merges
 
 
@@ -29,20 +32,41 @@ def check(path: Path) -> str:
     if lookup is None:
         return "read whole (not laid out as the library writes it)"
     problems = []
-    mine = {i: (t.content, t.special) for i, t in lookup.get_added_tokens_decoder().items()}
+    plain = isinstance(lookup, PlainTokenizer)
+    if plain:
+        mine = {i: (content, special) for i, content, special in lookup.added}
+    else:
+        mine = {i: (t.content, t.special) for i, t in lookup.get_added_tokens_decoder().items()}
     theirs = {i: (t.content, t.special) for i, t in whole.get_added_tokens_decoder().items()}
     if mine != theirs:
         problems.append("added tokens")
     size = whole.get_vocab_size(with_added_tokens=True)
     if lookup.get_vocab_size(with_added_tokens=True) != size:
         problems.append("size")
-    if any(lookup.token_to_id(text) != whole.token_to_id(text) for text in whole.get_vocab(with_added_tokens=True)):
+    # Vocabulary answers an added token's text and id itself (by_text, by_id), the lookup the rest
+    added_texts = {content for content, _ in theirs.values()}
+    if any(lookup.token_to_id(text) != whole.token_to_id(text)
+           for text in whole.get_vocab(with_added_tokens=True) if text not in added_texts):
         problems.append("token_to_id")
-    if any(lookup.id_to_token(i) != whole.id_to_token(i) for i in range(size + 3)):
+    if any(lookup.id_to_token(i) != whole.id_to_token(i) for i in range(size + 3) if i not in theirs):
         problems.append("id_to_token")
-    if (lookup.post_processor and lookup.post_processor.__getstate__()) != (whole.post_processor and whole.post_processor.__getstate__()):
+    theirs_processor = json.loads(whole.post_processor.__getstate__()) if whole.post_processor else None
+    mine_processor = lookup.processor if plain else (json.loads(lookup.post_processor.__getstate__()) if lookup.post_processor else None)
+    if _essential(mine_processor) != _essential(theirs_processor):
         problems.append("post_processor")
-    return "DIFF: " + ", ".join(problems) if problems else "same"
+    kind = "json module" if plain else "library, no merges"
+    return "DIFF: " + ", ".join(problems) if problems else f"same ({kind})"
+
+
+def _essential(processor):
+    """What model_facts reads of a post-processor: types, and TemplateProcessing's single."""
+    if not isinstance(processor, dict):
+        return processor
+    if processor.get("type") == "Sequence":
+        return ("Sequence", [_essential(p) for p in processor.get("processors", [])])
+    if processor.get("type") == "TemplateProcessing":
+        return ("TemplateProcessing", processor.get("single"))
+    return processor.get("type")
 
 
 def main() -> None:

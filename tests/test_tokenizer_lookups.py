@@ -33,17 +33,20 @@ def loads(monkeypatch):
 
         @staticmethod
         def from_str(text, *args, **kwargs):
-            seen.append(("str", json.loads(text)["model"].get("merges")))
+            model = json.loads(text)["model"]
+            seen.append(("str", model.get("merges"), len(model.get("vocab", ()))))
             return from_str(text, *args, **kwargs)
 
     monkeypatch.setattr(tokenizers, "Tokenizer", Recording)
     return seen
 
 
-def test_inspect_loads_tokenizer_json_once_without_its_merges(loads) -> None:
+def test_inspect_reads_tokenizer_json_without_its_merges(loads) -> None:
+    """The json module reads the file without its merges; the library loads only its small parts
+    (no vocabulary, no merges), to refuse what it refuses there."""
     result = cli("inspect", "--json", str(CHATML))
     assert result.code in (0, 1), result.stderr
-    assert loads == [("str", [])]
+    assert loads == [("str", [], 0)]
 
 
 def test_an_encode_loads_the_whole_file_once(loads) -> None:
@@ -116,3 +119,46 @@ def test_a_merge_of_unknown_tokens_is_refused_by_the_commands_that_encode(tmp_pa
     probe = cli("probe-stop", "\\nUser:", "--model", str(model))
     assert probe.code == 2
     assert "Token `zzzq` out of vocabulary" in probe.stderr
+
+
+def _tokenizer_json(vocab, added, model_type="BPE") -> str:
+    model = {"type": model_type, "vocab": vocab, "merges": []} if model_type == "BPE" else {"type": model_type, "unk_id": None, "vocab": vocab}
+    tokens = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+              for i, c in added]
+    return json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": tokens, "normalizer": None,
+                       "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model})
+
+
+@pytest.mark.parametrize("vocab,added,model_type", [
+    ({"a": 0, "b": 1, "<s>": 2}, [(2, "<s>"), (3, "<x>")], "BPE"),  # in the vocabulary, and past it
+    ({"a": 0, "b": 1, "<s>": 2}, [(7, "<x>"), (9, "<y>")], "BPE"),  # ids the library renumbers 3, 4
+    ({"a": 0, "b": 1, "<s>": 2}, [(1, "<x>")], "BPE"),  # an id of another token: the library gives 3
+    ({"a": 0, "b": 0, "c": 5}, [], "BPE"),  # ids not 0..n-1
+    ({"a": 0, "b": 1}, [(2, "<x>"), (3, "<x>")], "BPE"),  # one content twice
+    ([["a", 0.0], ["b", -1.0], ["a", -2.0]], [(3, "<x>")], "Unigram"),  # one piece twice
+    ([["a", 0.0], ["b", -1.0]], [(2, "<x>")], "Unigram"),
+])
+def test_the_json_read_gives_the_librarys_ids_or_leaves_the_file_to_it(vocab, added, model_type) -> None:
+    """tokenizers renumbers added tokens (AddedVocabulary.add_tokens); a file whose ids are not
+    the library's, or whose vocabulary repeats, is left to the library (None)."""
+    from stopdoctor.facts.tokenizer_json import read_plain
+
+    text = _tokenizer_json(vocab, added, model_type)
+    library = tokenizers.Tokenizer.from_str(text)
+    plain = read_plain(text)
+    if plain is None:
+        return  # the library answers; nothing to compare
+    assert {i: c for i, c, _ in plain.added} == {i: t.content for i, t in library.get_added_tokens_decoder().items()}
+    assert plain.size == library.get_vocab_size(with_added_tokens=True)
+    texts = vocab if isinstance(vocab, dict) else [piece for piece, _ in vocab]
+    assert all(plain.token_to_id(t) == library.token_to_id(t) for t in texts)
+    assert all(plain.id_to_token(i) == library.id_to_token(i) for i in range(len(texts)))
+
+
+def test_repeated_or_renumbered_tokens_are_left_to_the_library() -> None:
+    from stopdoctor.facts.tokenizer_json import read_plain
+
+    assert read_plain(_tokenizer_json({"a": 0, "b": 1, "<s>": 2}, [(7, "<x>")])) is None
+    assert read_plain(_tokenizer_json({"a": 0, "b": 0, "c": 5}, [])) is None
+    assert read_plain(_tokenizer_json({"a": 0, "b": 1}, [(2, "<x>"), (3, "<x>")])) is None
+    assert read_plain(_tokenizer_json({"a": 0, "b": 1}, [(2, "<x>"), (3, "<y>")])) is not None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location, Token
+from stopdoctor.facts.tokenizer_json import PlainTokenizer, read_plain, validate_parts
 
 if TYPE_CHECKING:  # pragma: no cover
     import tokenizers
@@ -313,17 +314,21 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     vocab.tokenizer_file = path
     vocab._lookup = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
     vocab.complete = True
+    if isinstance(tokenizer, PlainTokenizer):
+        added, vocab.post_processor = tokenizer.added, tokenizer.processor
+    else:
+        added = [(token_id, token.content, token.special) for token_id, token in tokenizer.get_added_tokens_decoder().items()]
+        processor = tokenizer.post_processor
+        vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
     location = Location("tokenizer.json", "added_tokens")
-    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+    for token_id, content, special in added:
         # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
-        vocab.by_id[token_id] = added.content
-        vocab.by_text[added.content] = token_id
+        vocab.by_id[token_id] = content
+        vocab.by_text[content] = token_id
         vocab.added_ids.add(token_id)
-        if added.special:
+        if special:
             vocab.special_ids.add(token_id)
         vocab.token_locations[token_id] = location
-    processor = tokenizer.post_processor
-    vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
 
 
 # A BPE model's merges as the library writes them: the last key of "model", itself the last key
@@ -331,12 +336,28 @@ _MERGES_KEY = re.compile(r'"merges"\s*:\s*\[')
 _MERGES_END = re.compile(r"\]\s*\}\s*\}\s*\Z")
 
 
-def _without_merges(path: Path) -> tokenizers.Tokenizer | None:
-    """tokenizer.json loaded by the library with an empty merges array, for lookups only; None
+def _without_merges(path: Path) -> PlainTokenizer | tokenizers.Tokenizer | None:
+    """tokenizer.json with an empty merges array, for lookups only: read with the json module
+    (`facts.tokenizer_json`) when in the shape the library writes, else loaded by the library; None
     when the file is not laid out as the library writes it (merges last in the model, the model
-    last in the file) or when this load fails (the caller's whole load then gives the error)."""
+    last in the file) or when the library refuses it (the caller's whole load then gives the error)."""
+    text = _merges_emptied(path)
+    if text is None:
+        return None
+    plain = read_plain(text)
+    if plain is not None and validate_parts(plain):
+        return plain
     import tokenizers
 
+    try:
+        return tokenizers.Tokenizer.from_str(text)
+    except Exception:  # noqa: BLE001 - the whole load says what is wrong
+        return None
+
+
+def _merges_emptied(path: Path) -> str | None:
+    """The text of tokenizer.json with its merges array emptied, when the merges are the model's
+    last key and the model the file's last (as the library writes them)."""
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError):
@@ -350,10 +371,7 @@ def _without_merges(path: Path) -> tokenizers.Tokenizer | None:
         if at < 0:
             return None
         key = _MERGES_KEY.match(text, at)
-    try:
-        return tokenizers.Tokenizer.from_str(text[: key.end()] + text[end.start():])
-    except Exception:  # noqa: BLE001 - the whole load says what is wrong
-        return None
+    return text[: key.end()] + text[end.start():]
 
 
 def _load_tokenizer_file(path: Path) -> tokenizers.Tokenizer:
