@@ -27,6 +27,7 @@ from stopdoctor.core.findings import Finding, Report, Severity, Subject
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
+from stopdoctor.facts.vocab import for_lookups
 from stopdoctor.rules.verdicts import (  # noqa: F401  public: every command's result as the one Report
     FixOutcome, GenerationRun, GenerationRuns, diff_report, fix_report, fragment_report, generation_report,
     probe_stop_report, render_report, rules_report, stop_odds_report)
@@ -99,8 +100,9 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
     from stopdoctor.rules.results import InspectResult
     from stopdoctor.rules.runner import run_rules
 
-    facts = load(spec, revision)
-    original = load(against) if against is not None else None
+    with for_lookups():  # inspect encodes text only for a marker that is no single token
+        facts = load(spec, revision)
+        original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders
         analysis = analyze(facts)
         findings = model_findings(analysis)

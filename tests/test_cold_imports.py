@@ -35,6 +35,14 @@ def test_gguf_inspect_without_a_template_imports_neither_jinja2_nor_tokenizers(r
     assert not {"jinja2", "tokenizers", *HEAVY} & modules, sorted({"jinja2", "tokenizers", *HEAVY} & modules)
 
 
+def test_gguf_inspect_imports_no_numpy(real_gguf_models) -> None:
+    """The header walk, the token types of the control tokens and the few texts rules look up are
+    read from the file's bytes; numpy (~70-100 ms) is imported only when a numeric array is read
+    whole (--weights, a tokenizer conversion, the byte-level BPE rules of a gpt2 vocabulary)."""
+    modules = imported_by("inspect", "--json", str(real_gguf_models.gemma_gguf))
+    assert "stopdoctor.facts.gguf" in modules and "numpy" not in modules
+
+
 def test_hf_inspect_imports_no_numpy_and_no_model_library(real_models) -> None:
     modules = imported_by("inspect", "--json", str(real_models.smollm2_hf))
     assert "jinja2" in modules and "tokenizers" in modules  # it renders the template, reads tokenizer.json

@@ -453,3 +453,47 @@ def test_the_vectorised_string_walk_equals_the_walk_one_by_one() -> None:
         starts, end = fast.walk_strings(len(strings))
         expected, expected_end = careful.walk_strings_checked(len(strings))
         assert starts.tolist() == expected.tolist() and end == expected_end
+
+
+def test_token_types_are_read_from_the_bytes_as_numpy_reads_them(model_file: Path) -> None:
+    """`ids_of_types` scans the int32 array's bytes for `3 0 0 0` / `4 0 0 0` at multiples of 4,
+    without numpy: the same ids as numpy's comparison, and the array stays unread."""
+    header = read_header(model_file)
+    assert header.ids_of_types((3, 4), len(TOKENS)) == [1, 2, 3, 4, 5, 6]
+    assert header.ids_of_types((3,), 4) == [1, 2, 3]  # only ids below the limit
+    assert header.metadata.numeric("tokenizer.ggml.token_type") is not None  # never read whole
+    types = header.token_types  # now read: numpy, the same ids
+    assert np.flatnonzero((types == 3) | (types == 4)).tolist() == header.ids_of_types((3, 4), len(TOKENS))
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.sampled_from([0, 1, 2, 3, 4, 5, 768, 3 << 8, 3 << 16, 3 << 24, 4 << 8, -1, 2**31 - 1]), max_size=60))
+def test_the_byte_scan_of_token_types_finds_exactly_the_aligned_values(values) -> None:
+    """Values whose bytes hold a 3 or 4 off the 4-byte grid (768 = 00 03 00 00) never match, and
+    never hide an aligned one."""
+    from stopdoctor.facts.gguf import NumericArray
+
+    data = struct.pack(f"<{len(values)}i", *values)
+    array = NumericArray(data, "<i4", len(values), 0)
+    assert array.ids_of((3, 4), len(values)) == [i for i, v in enumerate(values) if v in (3, 4)]
+    assert [array.value_at(i) for i in range(len(values))] == values
+
+
+@settings(max_examples=100, deadline=None)
+@given(strings=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "\x00", "a\x00\x00\x00\x00\x00\x00\x00b", "é", "<|end|>"]),
+                        min_size=1, max_size=40),
+       wanted=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "b", "\x00", "é", "<|end|>", "zz"]), max_size=6))
+def test_lookups_by_text_equal_a_linear_search(strings, wanted) -> None:
+    """First and last index of each text, through the two-byte signatures and the bytes compared
+    whole, as a linear search over the decoded strings finds them (repeats, empty strings, NULs)."""
+    from stopdoctor.facts.gguf_strings import LazyStrings, walk_strings
+
+    raw = [s.encode() for s in strings]
+    data = b"\x09" + b"".join(struct.pack("<Q", len(r)) + r for r in raw) + b"\x00" * 3
+    starts, end = walk_strings(data, 1, len(raw), len(data))
+    lazy = LazyStrings(data, starts, end, "k")
+    first = {t: strings.index(t) for t in wanted if t in strings}
+    last = {t: len(strings) - 1 - strings[::-1].index(t) for t in wanted if t and t in strings}
+    assert lazy.first_indices(wanted) == first
+    assert lazy.last_indices(wanted) == last
+    assert lazy.to_list() == strings

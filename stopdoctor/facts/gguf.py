@@ -1,32 +1,34 @@
 """Read a GGUF file's header (its metadata key/values) without touching tensor data.
 
 `read_header(path)` maps the file and walks only the key/value section: numeric arrays become
-zero-copy numpy views, string arrays are decoded in bulk (lazily for big ones such as merges).
+zero-copy numpy views when first read (numpy is imported then, not before: `inspect` of a GGUF
+never needs it), string arrays are decoded lazily (`stopdoctor.facts.gguf_strings`).
 `gguf.GGUFReader` is not used: it builds one Python object per array element, which takes ~10 s and
 ~700 MiB for Gemma's 262k-token vocabulary; this reader takes a fraction of a second.
 
 Building a tokenizer from the header is `stopdoctor.facts.gguf_tokenizer`.
 
-Imports: numpy, stopdoctor.core.errors, stopdoctor.core.types. Not `gguf` (its import costs ~70 ms, more than
+Imports: stopdoctor.core.errors, stopdoctor.core.types, stopdoctor.facts.gguf_strings; numpy when a
+numeric array is first read. Not `gguf` (its import costs ~70 ms, more than
 this whole reader's own work on a small model) and not torch.
 """
 
 from __future__ import annotations
 
 import mmap
+import re
 import stat
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from array import array as int_array  # `array` is also a _Parser method
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Token
+from stopdoctor.facts.gguf_strings import LazyStrings, decode_strings, walk_strings
 from stopdoctor.facts.gguf_constants import FIXED_TYPES, GGUF_MAGIC, SUPPORTED_VERSIONS, TYPE_SIZES, GGUFValueType, Keys, TokenType
 
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, key/value count
@@ -42,113 +44,66 @@ _MAX_NESTING = 8  # the spec allows arrays of arrays; nobody nests deep, a corru
 # The largest vocabularies have 262k tokens, merge tables ~500k entries; more is a corrupt file.
 _MAX_STRINGS = 4_000_000
 _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once, bigger ones on first use
-_SEPARATOR = "\x00" * 8  # see _decode_strings
+__all__ = ["GGUFHeader", "GGUFTensor", "GGUFValueType", "LazyStrings", "read_header"]
 
 
-_KEY_PRIME = 0x9E3779B97F4A7C15  # spreads the length over the key's bits (a filter: matches are checked whole)
+@dataclass(frozen=True)
+class NumericArray:
+    """Where a numeric array lies in the mapped header: read as a zero-copy numpy view on first use."""
+
+    buffer: Any
+    dtype: str  # a numpy dtype string, FIXED_TYPES'
+    count: int
+    offset: int
+
+    def load(self) -> Any:
+        import numpy as np
+
+        return np.frombuffer(self.buffer, dtype=np.dtype(self.dtype), count=self.count, offset=self.offset)
+
+    def ids_of(self, values: Iterable[int], limit: int) -> list[int] | None:
+        """The indices below `limit` whose value is one of `values` (small non-negative ints), for a
+        4-byte integer array, without numpy: a C scan of the bytes for `v 0 0 0` at a multiple of 4
+        (an unaligned match never hides an aligned one: it would need the aligned value's low byte
+        to be 0). None for another element type."""
+        if self.dtype not in ("<i4", "<u4") or not all(0 <= v < 256 for v in values):
+            return None
+        wanted = re.compile(b"[" + b"".join(re.escape(bytes([v])) for v in sorted(values)) + b"]\x00\x00\x00")
+        region = self.buffer[self.offset: self.offset + 4 * min(self.count, limit)]
+        return [m.start() >> 2 for m in wanted.finditer(region) if not m.start() & 3]
+
+    def value_at(self, index: int) -> int | None:
+        """One element of a 4-byte integer array, without numpy (None for another type)."""
+        if self.dtype not in ("<i4", "<u4") or not 0 <= index < self.count:
+            return None
+        return struct.unpack_from("<i" if self.dtype == "<i4" else "<I", self.buffer, self.offset + 4 * index)[0]
 
 
-def _string_key(raw: bytes) -> int:
-    """A string's length mixed with its first eight bytes, as `LazyStrings._keys` computes it."""
-    return ((len(raw) * _KEY_PRIME) ^ int.from_bytes(raw[:8], "little")) & 0xFFFFFFFFFFFFFFFF
+class Metadata(Mapping[str, Any]):
+    """The header's keys, read-only; a numeric array becomes its numpy view when first read."""
 
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
 
-class LazyStrings(Sequence[str]):
-    """A GGUF string array (a vocabulary, a merge table) decoded on first access.
-
-    Reading the header only has to find where the array ends; decoding 100k+ strings is deferred
-    until someone asks for them, then done once in bulk.
-    """
-
-    def __init__(self, buffer: mmap.mmap, starts: np.ndarray, end: int, key: str) -> None:
-        self._buffer = buffer
-        self._starts = starts  # offset of each string's 8-byte length prefix
-        self._end = end
-        self._key = key
-        self._items: list[str] | None = None
-        self._keys_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def to_list(self) -> list[str]:
-        if self._items is None:
-            self._items = _decode_strings(self._buffer, self._starts, self._end)
-        return self._items
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    def __getitem__(self, index):
-        if self._items is None and isinstance(index, int):
-            # One string (an eos token's text, say) does not need the whole array decoded.
-            start = int(self._starts[index])
-            (length,) = _U64.unpack_from(self._buffer, start)
-            return self._buffer[start + 8 : start + 8 + length].decode("utf-8", "replace")
-        return self.to_list()[index]
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        if isinstance(value, NumericArray):
+            value = self._values[key] = value.load()
+        return value
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.to_list())
+        return iter(self._values)
 
-    def last_indices(self, texts: Iterable[str]) -> dict[str, int]:
-        """text → the last index whose string is exactly it (llama.cpp's token_to_id keeps the last)."""
-        return self._indices(texts, last=True)
+    def __len__(self) -> int:
+        return len(self._values)
 
-    def first_indices(self, texts: Iterable[str]) -> dict[str, int]:
-        """text → the first index whose string is exactly it (what a linear search finds)."""
-        return self._indices(texts, last=False)
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
 
-    def _indices(self, texts: Iterable[str], last: bool) -> dict[str, int]:
-        """Only strings of a wanted byte length and first byte are decoded: a few lookups in a
-        262k vocabulary cost a vectorised pass over the offsets, not a decode of it all."""
-        # llama.cpp never looks up an empty text; a linear search (`first`) finds an empty token
-        wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t or not last}
-        if not wanted or not len(self._starts):
-            return {}
-        if self._items is not None:
-            texts = set(wanted.values())
-            found = {}
-            for i, item in enumerate(self._items):
-                if item in texts and (last or item not in found):
-                    found[item] = i
-            return found
-        starts, lengths, keys = self._keys()
-        mask = np.isin(keys, np.array(sorted({_string_key(raw) for raw in wanted}), dtype=np.uint64))
-        found = {}
-        for index in np.flatnonzero(mask).tolist():
-            start = int(starts[index]) + 8
-            raw = self._buffer[start: start + int(lengths[index])]
-            if raw in wanted and (last or wanted[raw] not in found):
-                found[wanted[raw]] = index
-        return found
-
-    def _keys(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each string's offset, byte length and `_string_key`, computed once for all lookups."""
-        if self._keys_cache is None:
-            size = len(self._buffer)
-            starts = self._starts.astype(np.int64)
-            lengths = np.append(starts[1:], self._end) - starts - 8
-            # every byte offset read as a little-endian u64 (an unaligned, zero-copy view): one
-            # gather reads a string's first eight bytes, then the bytes past its end are masked off
-            words = np.ndarray((size - 7,), dtype="<u8", buffer=self._buffer, strides=(1,))
-            inside = starts + 16 <= size
-            heads = words[np.where(inside, starts + 8, 0)]
-            masks = np.array([(1 << (8 * n)) - 1 for n in range(9)], dtype=np.uint64)
-            keys = (lengths.astype(np.uint64) * np.uint64(_KEY_PRIME)) ^ (heads & masks[np.minimum(lengths, 8)])
-            # a string within 16 bytes of the mapped end (a header that ends with its vocabulary)
-            # gets the key of its own bytes, read one by one
-            for index in np.flatnonzero(~inside).tolist():
-                start = int(starts[index]) + 8
-                keys[index] = _string_key(self._buffer[start: start + int(lengths[index])])
-            self._keys_cache = (starts, lengths, keys)
-        return self._keys_cache
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, LazyStrings):
-            other = other.to_list()
-        return isinstance(other, (list, tuple)) and self.to_list() == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"<LazyStrings {self._key}: {len(self)} strings>"
+    def numeric(self, key: str) -> NumericArray | None:
+        """Where the numeric array `key` lies, if it is one not yet read (None otherwise)."""
+        value = self._values.get(key)
+        return value if isinstance(value, NumericArray) else None
 
 
 @dataclass(frozen=True)
@@ -217,19 +172,39 @@ class GGUFHeader:
         return value if isinstance(value, list) else None
 
     @property
-    def token_types(self) -> np.ndarray | None:
+    def token_types(self) -> Any:
+        """tokenizer.ggml.token_type as a numpy array (imports numpy), or None."""
         value = self.metadata.get(Keys.TOKEN_TYPE)
-        return value if isinstance(value, np.ndarray) else None
+        return value if type(value).__name__ == "ndarray" else None
+
+    def _unread_types(self) -> NumericArray | None:
+        return self.metadata.numeric(Keys.TOKEN_TYPE) if isinstance(self.metadata, Metadata) else None
+
+    def ids_of_types(self, types: Iterable[int], limit: int) -> list[int] | None:
+        """The token ids below `limit` whose tokenizer.ggml.token_type is one of `types`, ascending
+        (None without a token-type array); read from the file's bytes when the array is still unread."""
+        types = tuple(types)
+        unread = self._unread_types()
+        found = unread.ids_of(types, limit) if unread is not None else None
+        if found is not None:
+            return found
+        values = self.token_types
+        if values is None:
+            return None
+        return [i for i, value in enumerate(values[:limit].tolist()) if value in types]
 
     def token(self, token_id: int) -> Token | None:
         """The token with this id; `special` is llama.cpp's CONTROL type (user-defined tokens such
         as `<think>` are matched whole but are not special, as in transformers)."""
-        tokens = self.tokens
-        if tokens is None or not 0 <= token_id < len(tokens):
+        tokens = self.metadata.get(Keys.LIST)
+        if not isinstance(tokens, (list, LazyStrings)) or not 0 <= token_id < len(tokens):
             return None
-        types = self.token_types
-        special = types is not None and token_id < len(types) and int(types[token_id]) == TokenType.CONTROL
-        return Token(token_id, tokens[token_id], special)
+        unread = self._unread_types()
+        kind = unread.value_at(token_id) if unread is not None else None
+        if kind is None:
+            types = self.token_types
+            kind = int(types[token_id]) if types is not None and token_id < len(types) else None
+        return Token(token_id, tokens[token_id], kind == TokenType.CONTROL)
 
     @property
     def chat_template(self) -> str | None:
@@ -240,10 +215,10 @@ class GGUFHeader:
         """Named templates (e.g. "tool_use"): llama.cpp writes each to tokenizer.chat_template.<name>
         and lists the names in tokenizer.chat_templates."""
         prefix = Keys.CHAT_TEMPLATE + "."
-        named = {
+        named = {  # keys first: reading every value would read the numeric arrays too (numpy)
             key[len(prefix) :]: value
-            for key, value in self.metadata.items()
-            if key.startswith(prefix) and isinstance(value, str)
+            for key in self.metadata
+            if key.startswith(prefix) and isinstance(value := self.metadata[key], str)
         }
         listed = self.metadata.get(Keys.CHAT_TEMPLATES)
         if isinstance(listed, (list, LazyStrings)):
@@ -358,7 +333,7 @@ class _Parser:
         self.key = "the tensor table"
         self.need(tensor_count * 24, f"the table of {tensor_count} tensors")
         tensors = self.tensor_table(tensor_count, kv_count, metadata)
-        return GGUFHeader(self.path, version, tensor_count, MappingProxyType(metadata), MappingProxyType(tensors))
+        return GGUFHeader(self.path, version, tensor_count, Metadata(metadata), MappingProxyType(tensors))
 
     def tensor_table(self, tensor_count: int, kv_count: int, metadata: Mapping[str, Any]) -> dict[str, GGUFTensor]:
         """Walk the tensor table (name, dimensions, type, offset) and check each tensor's data lies
@@ -381,17 +356,17 @@ class _Parser:
                 raise self.fail(f"corrupt GGUF tensor table: tensor {name[:40]!r} has {dims} dimensions "
                                 f"(at most {_MAX_DIMS}){miscounted}")
             self.need(8 * dims + 12, "a tensor's shape, type and offset")
-            shape = np.frombuffer(self.buffer, dtype="<u8", count=dims, offset=self.pos)
+            shape = struct.unpack_from(f"<{dims}Q", self.buffer, self.pos)
             self.pos += 8 * dims
             tensor_type = self.u32("a tensor type")
             self.need(8, "a tensor offset")
             (offset,) = _U64.unpack_from(self.buffer, self.pos)
             self.pos += 8
             elements = 1
-            for extent in shape.tolist():
+            for extent in shape:
                 elements *= extent
             tensors.append((name, tensor_type, offset, elements))
-            shapes.append(tuple(shape.tolist()))
+            shapes.append(shape)
         alignment = metadata.get(Keys.ALIGNMENT, 32)
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise self.fail(f"corrupt GGUF header: general.alignment {alignment!r} is not a power of two")
@@ -458,12 +433,12 @@ class _Parser:
         self.pos += _ARRAY_HEAD.size
         fixed = FIXED_TYPES.get(element_type)
         if fixed is not None:
-            _, dtype = fixed
-            self.need(count * dtype.itemsize, f"an array of {count} values")
-            # Zero-copy view into the map; read-only, which suits a header.
-            values = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=self.pos)
-            self.pos += count * dtype.itemsize
-            return values
+            scalar, dtype = fixed
+            self.need(count * scalar.size, f"an array of {count} values")
+            # A zero-copy numpy view into the map once read (read-only, which suits a header).
+            values = NumericArray(self.buffer, dtype, count, self.pos)
+            self.pos += count * scalar.size
+            return values if depth == 0 else values.load()
         if element_type == GGUFValueType.STRING:
             self.need(count * 8, f"an array of {count} strings")
             if count > _MAX_STRINGS:  # each string costs an 8-byte offset here, and more once decoded
@@ -471,44 +446,27 @@ class _Parser:
             starts, end = self.walk_strings(count)
             self.pos = end
             if count <= _EAGER_STRINGS:
-                return _decode_strings(self.buffer, starts, end)
+                return decode_strings(self.buffer, starts, end)
             return LazyStrings(self.buffer, starts, end, self.key)
         if element_type == GGUFValueType.ARRAY:
             self.need(count * _ARRAY_HEAD.size, f"an array of {count} arrays")
             return [self.array(depth + 1) for _ in range(count)]
         raise self.fail(f"corrupt GGUF header: unknown array element type {element_type}")
 
-    def walk_strings(self, count: int) -> tuple[np.ndarray, int]:
+    def walk_strings(self, count: int) -> tuple[int_array, int]:
         """Offsets of the `count` length-prefixed strings from here, and the offset past the last.
 
         Strings are walked one by one (each length says where the next begins), which in Python is
-        the costly part for a 262k vocabulary. Fast path: assume every length is < 256, so only the
-        low byte of each 8-byte length matters, and let `accumulate` do the loop in C; then check the
-        assumption for all offsets at once. If it fails (a long string, or a corrupt length) walk
-        again reading full lengths, with bounds checks that name the problem.
+        the costly part for a 262k vocabulary (`gguf_strings.walk_strings`); a walk that runs off
+        the end is done again with checks that name the problem.
         """
-        buffer = self.buffer
         if count == 0:
-            return np.empty(0, dtype=np.int64), self.pos
-        found = _walk_short_strings(buffer, self.pos, count, self.size)
-        if found is not None:
-            return found
-        try:
-            starts = np.fromiter(
-                accumulate(repeat(None, count - 1), lambda pos, _: pos + 8 + buffer[pos], initial=self.pos),
-                dtype=np.int64,
-                count=count,
-            )
-        except IndexError:  # ran off the end: let the careful walk say where and why
-            return self.walk_strings_checked(count)
-        last = int(starts[-1])
-        end = last + 8 + buffer[last] if last < self.size else self.size + 1
-        if end <= self.size and _all_lengths_below_256(buffer, starts):
-            return starts, end
-        return self.walk_strings_checked(count)
+            return int_array("q"), self.pos
+        found = walk_strings(self.buffer, self.pos, count, self.size)
+        return found if found is not None else self.walk_strings_checked(count)
 
-    def walk_strings_checked(self, count: int) -> tuple[np.ndarray, int]:
-        starts = np.empty(count, dtype=np.int64)
+    def walk_strings_checked(self, count: int) -> tuple[int_array, int]:
+        starts = int_array("q", bytes(8 * count))
         for index in range(count):
             starts[index] = self.pos
             self.need(8, f"the length of string {index} of {count}")
@@ -517,82 +475,3 @@ class _Parser:
             self.need(length, f"string {index} of {count}")
             self.pos += length
         return starts, self.pos
-
-
-def _walk_short_strings(buffer: mmap.mmap, pos: int, count: int, size: int) -> tuple[np.ndarray, int] | None:
-    """The offsets of `count` strings from `pos` without a Python step per string, or None.
-
-    A string shorter than 256 bytes has a length prefix of one byte and seven NULs. Every byte
-    followed by seven NULs is a candidate start; when the first `count` candidates begin at `pos`
-    and each one's length leads to the next, they are exactly the strings a one-by-one walk finds
-    (the walk would step from candidate to candidate). Anything else (a long string, NULs inside a
-    string, a corrupt length) returns None and the walk is done one by one. The window grows
-    until it holds `count` candidates, so only the array's own bytes are scanned.
-    """
-    window = min(size - pos, count * 24)
-    while window >= 8:
-        region = np.frombuffer(buffer, dtype=np.uint8, count=window, offset=pos)
-        zero = region == 0
-        seven = zero[1:-6].copy()  # seven[i]: bytes i+1 .. i+7 are all NUL
-        for shift in range(2, 8):
-            seven &= zero[shift: window - 7 + shift]
-        starts = np.flatnonzero(seven)
-        if len(starts) >= count or window == size - pos:
-            break
-        window = min(size - pos, window * 2)
-    else:
-        return None
-    if len(starts) < count or starts[0] != 0:
-        return None
-    starts = starts[:count].astype(np.int64)
-    following = starts + 8 + region[starts]
-    if not np.array_equal(following[:-1], starts[1:]):
-        return None
-    end = pos + int(following[-1])
-    if end > size:
-        return None
-    return starts + pos, end
-
-
-def _all_lengths_below_256(buffer: mmap.mmap, starts: np.ndarray) -> bool:
-    """Whether bytes 1..7 of every 8-byte length prefix at `starts` are zero."""
-    first, last = int(starts[0]), int(starts[-1])
-    region = np.frombuffer(buffer, dtype=np.uint8, count=last + 8 - first, offset=first)
-    relative = starts - first
-    high = np.zeros(len(starts), dtype=bool)
-    for byte in range(1, 8):
-        high |= region[relative + byte] != 0
-    return not high.any()
-
-
-def _decode_strings(buffer: mmap.mmap, starts: np.ndarray, end: int) -> list[str]:
-    """Decode the length-prefixed strings at `starts` (the last ends at `end`).
-
-    Fast path, when every length fits in one byte and no string holds a NUL: zero the length bytes,
-    so each prefix becomes eight NULs, decode the whole block once and split it on those. Strings
-    that are not valid UTF-8 on their own (raw byte tokens) take the slow path, decoded one by one
-    with U+FFFD for the bad bytes, which is what a vocabulary needs.
-    """
-    count = len(starts)
-    if count == 0:
-        return []
-    first = int(starts[0])
-    if count > 16 and _all_lengths_below_256(buffer, starts):
-        block = np.frombuffer(buffer, dtype=np.uint8, count=end - first, offset=first).copy()
-        block[starts - first] = 0
-        if block.size - np.count_nonzero(block) == 8 * count:  # the prefixes' NULs and no others
-            try:
-                text = block.tobytes().decode("utf-8")
-            except UnicodeDecodeError:
-                pass
-            else:
-                # The 8-NUL separators make each string decode on its own: a character split across two
-                # strings is an error here too, so this equals decoding each string separately.
-                strings = text.split(_SEPARATOR)
-                if len(strings) == count + 1:
-                    return strings[1:]
-    strings = []
-    for start in starts.tolist():
-        (length,) = _U64.unpack_from(buffer, start)
-        strings.append(buffer[start + 8 : start + 8 + length].decode("utf-8", "replace"))
-    return strings

@@ -9,8 +9,6 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-import numpy as np
-
 # gguf.constants.GGUF_MAGIC is 0x46554747, written little-endian: the bytes b"GGUF".
 GGUF_MAGIC = b"GGUF"
 # v1 counted in 32 bits and is long gone; llama.cpp and gguf-py read v2 and v3 (gguf.constants.GGUF_VERSION).
@@ -35,19 +33,20 @@ class GGUFValueType(IntEnum):
     FLOAT64 = 12
 
 
-# Fixed-size types: (struct format for one scalar, numpy dtype for an array of them).
-FIXED_TYPES: dict[int, tuple[struct.Struct, np.dtype]] = {
-    GGUFValueType.UINT8: (struct.Struct("<B"), np.dtype("<u1")),
-    GGUFValueType.INT8: (struct.Struct("<b"), np.dtype("<i1")),
-    GGUFValueType.UINT16: (struct.Struct("<H"), np.dtype("<u2")),
-    GGUFValueType.INT16: (struct.Struct("<h"), np.dtype("<i2")),
-    GGUFValueType.UINT32: (struct.Struct("<I"), np.dtype("<u4")),
-    GGUFValueType.INT32: (struct.Struct("<i"), np.dtype("<i4")),
-    GGUFValueType.FLOAT32: (struct.Struct("<f"), np.dtype("<f4")),
-    GGUFValueType.BOOL: (struct.Struct("<?"), np.dtype("?")),
-    GGUFValueType.UINT64: (struct.Struct("<Q"), np.dtype("<u8")),
-    GGUFValueType.INT64: (struct.Struct("<q"), np.dtype("<i8")),
-    GGUFValueType.FLOAT64: (struct.Struct("<d"), np.dtype("<f8")),
+# Fixed-size types: (struct format for one scalar, numpy dtype string for an array of them; numpy is
+# imported only when such an array is read).
+FIXED_TYPES: dict[int, tuple[struct.Struct, str]] = {
+    GGUFValueType.UINT8: (struct.Struct("<B"), "<u1"),
+    GGUFValueType.INT8: (struct.Struct("<b"), "<i1"),
+    GGUFValueType.UINT16: (struct.Struct("<H"), "<u2"),
+    GGUFValueType.INT16: (struct.Struct("<h"), "<i2"),
+    GGUFValueType.UINT32: (struct.Struct("<I"), "<u4"),
+    GGUFValueType.INT32: (struct.Struct("<i"), "<i4"),
+    GGUFValueType.FLOAT32: (struct.Struct("<f"), "<f4"),
+    GGUFValueType.BOOL: (struct.Struct("<?"), "?"),
+    GGUFValueType.UINT64: (struct.Struct("<Q"), "<u8"),
+    GGUFValueType.INT64: (struct.Struct("<q"), "<i8"),
+    GGUFValueType.FLOAT64: (struct.Struct("<d"), "<f8"),
 }
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.types import Location, Token
+from stopdoctor.facts.tokenizer_json import PlainTokenizer, read_plain, validate_parts
 
 if TYPE_CHECKING:  # pragma: no cover
     import tokenizers
@@ -59,6 +62,9 @@ class Vocabulary:
     _gguf_tokens: Sequence[str] | None = None
     _gguf_ids: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
     _tokenizer: Any = None
+    # what answers token_to_id / id_to_token / the size for tokenizer.json: the library's tokenizer
+    # of the file without its merges (`_without_merges`), or the whole one
+    _lookup: Any = None
 
     @property
     def size(self) -> int | None:
@@ -67,7 +73,7 @@ class Vocabulary:
         if self._gguf_tokens is not None:
             known = max(known, len(self._gguf_tokens))
         if self.tokenizer_file is not None:
-            known = max(known, self._tokenizer.get_vocab_size(with_added_tokens=True))
+            known = max(known, self._lookup.get_vocab_size(with_added_tokens=True))
         if self.declared_size is not None:
             return max(known, self.declared_size)
         return known or None
@@ -77,7 +83,7 @@ class Vocabulary:
             return None  # not Unicode text, so no token's text (and `tokenizers` refuses it)
         found = self.by_text.get(text)
         if found is None and self.tokenizer_file is not None:
-            return self._tokenizer.token_to_id(text)
+            return self._lookup.token_to_id(text)
         if found is None and self._gguf_tokens is not None:
             return self._gguf_first_ids((text,)).get(text)
         return found
@@ -103,7 +109,7 @@ class Vocabulary:
         none of them): added tokens listed past it, and the tokenizer file's ids past it."""
         ids = {i for i in self.by_id if i >= first}
         if self.tokenizer_file is not None:
-            ids.update(range(first, self._tokenizer.get_vocab_size(with_added_tokens=True)))
+            ids.update(range(first, self._lookup.get_vocab_size(with_added_tokens=True)))
         if self._gguf_tokens is not None:
             ids.update(range(first, len(self._gguf_tokens)))
         return sorted(ids)
@@ -112,7 +118,7 @@ class Vocabulary:
         if token_id in self.by_id:
             return self.by_id[token_id]
         if self.tokenizer_file is not None and 0 <= token_id <= MAX_TOKEN_ID:
-            return self._tokenizer.id_to_token(token_id)
+            return self._lookup.id_to_token(token_id)
         if self._gguf_tokens is not None and 0 <= token_id < len(self._gguf_tokens):
             return self._gguf_tokens[token_id]
         return None
@@ -169,6 +175,8 @@ class Vocabulary:
     def tokenizer(self) -> tokenizers.Tokenizer:
         """A `tokenizers.Tokenizer` for encoding (tokenizer.json's is loaded with the vocabulary;
         a GGUF vocabulary is converted on first use, then cached)."""
+        if self._tokenizer is None and self.tokenizer_file is not None:
+            self._tokenizer = _load_tokenizer_file(self.tokenizer_file)  # with its merges, for encoding
         if self._tokenizer is None:
             if self.gguf_header is None:
                 raise InputError(
@@ -264,12 +272,32 @@ def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, locati
     vocab.token_locations.setdefault(token_id, location)
 
 
-def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
-    """Fill `vocab` from tokenizer.json through the `tokenizers` library: one parse serves both
-    the vocabulary and later encoding (parsing the JSON ourselves too would cost as much again)."""
-    import json
+# Set while a command that never encodes (inspect) reads its model: tokenizer.json is then loaded
+# without its merges (`_without_merges`). A command that encodes loads it whole once.
+_FOR_LOOKUPS: ContextVar[bool] = ContextVar("stopdoctor_tokenizer_for_lookups", default=False)
 
-    import tokenizers
+
+@contextmanager
+def for_lookups() -> Iterator[None]:
+    """tokenizer.json files read inside are loaded for lookups (ids, texts, size, post-processor):
+    without a BPE model's merges, and whole only if text is encoded after all."""
+    token = _FOR_LOOKUPS.set(True)
+    try:
+        yield
+    finally:
+        _FOR_LOOKUPS.reset(token)
+
+
+def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
+    """Fill `vocab` from tokenizer.json through the `tokenizers` library. The ids, texts, size and
+    post-processor do not depend on a BPE model's merges, which are two thirds of the library's
+    load (~65 of ~100 ms for SmolLM2's 49k): inside `for_lookups()` (inspect) the file is loaded
+    without them (`_without_merges`) and whole on the first encode (`Vocabulary.tokenizer()`);
+    elsewhere (the commands that encode) whole at once. Parsing the JSON with the json module
+    instead was measured as slow as the library. What the library refuses in the rest of the file
+    it refuses here, with its message; what it would refuse in the merges array (a merge of unknown
+    tokens, a broken array with an intact end) is refused by the commands that encode."""
+    import json
 
     try:
         info = path.stat()
@@ -280,6 +308,76 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     if info.st_size > MAX_TOKENIZER_BYTES:
         raise InputError(f"tokenizer.json: {info.st_size / 1e6:.0f} MB is larger than the "
                          f"{MAX_TOKENIZER_BYTES / 1e6:.0f} MB a tokenizer file can be (the largest real ones are ~35 MB)")
+    tokenizer = _without_merges(path) if _FOR_LOOKUPS.get() else None
+    if tokenizer is None:
+        tokenizer = vocab._tokenizer = _load_tokenizer_file(path)
+    vocab.tokenizer_file = path
+    vocab._lookup = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
+    vocab.complete = True
+    if isinstance(tokenizer, PlainTokenizer):
+        added, vocab.post_processor = tokenizer.added, tokenizer.processor
+    else:
+        added = [(token_id, token.content, token.special) for token_id, token in tokenizer.get_added_tokens_decoder().items()]
+        processor = tokenizer.post_processor
+        vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
+    location = Location("tokenizer.json", "added_tokens")
+    for token_id, content, special in added:
+        # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
+        vocab.by_id[token_id] = content
+        vocab.by_text[content] = token_id
+        vocab.added_ids.add(token_id)
+        if special:
+            vocab.special_ids.add(token_id)
+        vocab.token_locations[token_id] = location
+
+
+# A BPE model's merges as the library writes them: the last key of "model", itself the last key
+_MERGES_KEY = re.compile(r'"merges"\s*:\s*\[')
+_MERGES_END = re.compile(r"\]\s*\}\s*\}\s*\Z")
+
+
+def _without_merges(path: Path) -> PlainTokenizer | tokenizers.Tokenizer | None:
+    """tokenizer.json with an empty merges array, for lookups only: read with the json module
+    (`facts.tokenizer_json`) when in the shape the library writes, else loaded by the library; None
+    when the file is not laid out as the library writes it (merges last in the model, the model
+    last in the file) or when the library refuses it (the caller's whole load then gives the error)."""
+    text = _merges_emptied(path)
+    if text is None:
+        return None
+    plain = read_plain(text)
+    if plain is not None and validate_parts(plain):
+        return plain
+    import tokenizers
+
+    try:
+        return tokenizers.Tokenizer.from_str(text)
+    except Exception:  # noqa: BLE001 - the whole load says what is wrong
+        return None
+
+
+def _merges_emptied(path: Path) -> str | None:
+    """The text of tokenizer.json with its merges array emptied, when the merges are the model's
+    last key and the model the file's last (as the library writes them)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    end = _MERGES_END.search(text, max(0, len(text) - 4096))
+    if end is None:
+        return None
+    at, key = end.start(), None
+    while key is None:  # the last `"merges"` followed by a colon: a key (no string of the array is followed by one)
+        at = text.rfind('"merges"', 0, at)
+        if at < 0:
+            return None
+        key = _MERGES_KEY.match(text, at)
+    return text[: key.end()] + text[end.start():]
+
+
+def _load_tokenizer_file(path: Path) -> tokenizers.Tokenizer:
+    """tokenizer.json loaded whole by the `tokenizers` library, padding and truncation off."""
+    import tokenizers
+
     try:
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises plain Exception subclasses
@@ -288,20 +386,7 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     # `Fixed` padding of 30 million would pad each prompt to gigabytes); every encode here does too.
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    vocab.tokenizer_file = path
-    vocab._tokenizer = tokenizer  # ordinary tokens are looked up through it (no 100k-entry dicts)
-    vocab.complete = True
-    location = Location("tokenizer.json", "added_tokens")
-    for token_id, added in tokenizer.get_added_tokens_decoder().items():
-        # Added tokens win over model-vocabulary entries of the same text, as in `tokenizers`.
-        vocab.by_id[token_id] = added.content
-        vocab.by_text[added.content] = token_id
-        vocab.added_ids.add(token_id)
-        if added.special:
-            vocab.special_ids.add(token_id)
-        vocab.token_locations[token_id] = location
-    processor = tokenizer.post_processor
-    vocab.post_processor = json.loads(processor.__getstate__()) if processor is not None else None
+    return tokenizer
 
 
 def read_added_tokens_decoder(vocab: Vocabulary, decoder: Mapping[str, Any]) -> None:
@@ -348,19 +433,17 @@ def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
     vocab.gguf_header = header
     vocab._gguf_tokens = tokens
     vocab.complete = True
-    types = header.token_types
-    if types is not None:
-        import numpy as np
-
+    # a longer type array describes no token past the list; read from the file's bytes, no numpy
+    typed = header.ids_of_types((GGUF_CONTROL, GGUF_USER_DEFINED), len(tokens))
+    if typed is not None:
         location = Location(header.path.name, "tokenizer.ggml.token_type")
-        types = types[: len(tokens)]  # a longer type array describes no token past the list
-        for token_id in np.flatnonzero((types == GGUF_CONTROL) | (types == GGUF_USER_DEFINED)).tolist():
+        for token_id in typed:
             # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special tokens.
             add_token(vocab, token_id, tokens[token_id], True, location)
 
 
 def _all_strings(tokens: Sequence[Any]) -> bool:
-    from stopdoctor.facts.gguf import LazyStrings
+    from stopdoctor.facts.gguf_strings import LazyStrings
 
     return isinstance(tokens, LazyStrings) or all(isinstance(t, str) for t in tokens)
 
