@@ -228,18 +228,24 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con)
-                if not is_parquet(path):
-                    # Number the lines first (one ordered pass, no parsing), so that the parsing below
-                    # runs on every core: numbering in the same pipeline would keep it on one.
+                tabled = is_remote(path) and not is_parquet(path)
+                if tabled:
+                    # A remote log is fetched once: its lines numbered into a table that the
+                    # sample and the reads below scan.
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                normalise_file(con, path, source, vocabulary, settings,
-                               progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
+                # A local file is read where it lies, numbered and parsed in one pipeline (no table
+                # of its lines: measured, the table cost more CPU than the parse it let run on
+                # every core, and under the memory limit it spilled; benchmarks/RESULTS.md).
+                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
                 if attempt == 0 and is_encoding_error(str(error)) and not is_parquet(path) and not is_remote(path):
                     readable = utf8_copy(path, index, folder)
+                    # no half of the file left from the failed read (a statement that fails writes nothing;
+                    # the per-group read and the second read are two)
+                    con.execute("DELETE FROM rec WHERE file = ?", [path])
                     continue
                 raise read_error(path, str(error)) from None
         line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]

@@ -365,7 +365,9 @@ def created_expr(lk: _Lookups) -> str:
 
 
 # A line that holds nothing: empty, a stream's end, an SSE event name.
-BLANK_LINE = "line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:')"
+# (A line that starts with `{` is none of them: the trim, a copy of the line, is skipped.)
+BLANK_LINE = ("CASE WHEN starts_with(line, '{') THEN false "
+              "ELSE line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') END")
 
 
 def one_answer(group: frozenset[str]) -> tuple[list[str], str, dict[str, str], str]:
