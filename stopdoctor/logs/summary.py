@@ -55,8 +55,9 @@ def lie_problems(con, examples: int, responses: int,
     """The problems of lies with their examples, and every flagged (file, line) of each."""
     problems: dict[str, Problem] = {}
     flagged: dict[str, tuple] = {}
-    for key, condition in LIE_CONDITIONS.items():
-        count = con.execute(f"SELECT count(*) FROM rec WHERE {condition}").fetchone()[0]
+    counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER ({c})" for c in LIE_CONDITIONS.values())
+                         + " FROM rec").fetchone()  # one scan for the four counts
+    for (key, condition), count in zip(LIE_CONDITIONS.items(), counts):
         rows = con.execute(
             "SELECT file, line_no, model, finish, finish_raw, tail, output_tokens, max_tokens, repetition, "
             f"reasoning_share, think_ends, empty_answer FROM rec WHERE {condition} ORDER BY file, line_no, choice "
