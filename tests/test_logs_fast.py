@@ -4,6 +4,7 @@ formulas on every edge case, and the summary reads the records in a few scans.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -176,15 +177,18 @@ class _Recorder:
 
 @pytest.fixture
 def recorded(monkeypatch):
+    """Every connection `logs.query` opens, recording its statements; DuckDB on `recorded.threads`."""
     made: list[_Recorder] = []
 
     def connect_recorded():
         con, duckdb = connect()
+        con.execute(f"SET threads = {threads[0]}")
         made.append(_Recorder(con))
         return made[-1], duckdb
 
+    threads = [2]
     monkeypatch.setattr(query, "connect", connect_recorded)
-    return made
+    return made, threads
 
 
 def _bench_lines(count: int) -> list[str]:
@@ -198,22 +202,31 @@ def _bench_lines(count: int) -> list[str]:
 
 
 def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
-    """No table of the lines: the file is scanned by the sample of its key groups and by the
-    per-group read, and by nothing else when no line needs the general query; a file with lines
-    that do is scanned a third time for those lines only."""
+    """On up to STREAMED_THREADS threads no table of the lines: the file is scanned by the sample of
+    its key groups and by the per-group read, and by nothing else when no line needs the general
+    query; a file with lines that do is scanned a third time for those lines only. With more threads
+    the file is read once, into a table of its lines, which the parse then reads on every thread."""
+    made, threads = recorded
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(_bench_lines(2000)) + "\n")
     report = analyze_logs([str(path)])
-    statements = recorded[0].statements
+    statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 2
     assert report.lines == 2000 and report.responses > 1900
 
     otlp = LOGS / "shapes" / "otel-otlp.jsonl"
     analyze_logs([str(otlp)])
-    statements = recorded[1].statements
+    statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 3  # the sample, the per-group read, the spans' lines
+
+    threads[0] = query.STREAMED_THREADS + 2
+    tabled = analyze_logs([str(path)])
+    statements = made[-1].statements
+    assert sum("read_csv(" in s for s in statements) == 1
+    assert any(re.search(r"TABLE lines\b", s) for s in statements)
+    assert dataclasses.replace(tabled, seconds=0) == dataclasses.replace(report, seconds=0)
 
 
 def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):
@@ -224,7 +237,7 @@ def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(lines) + "\n")
     analyze_logs([str(path)])
-    statements = recorded[0].statements
+    statements = recorded[0][-1].statements
     start = next(i for i, s in enumerate(statements) if "count(*) FILTER (blank)" in s)
     reads = [s for s in statements[start:] if re.search(r"\bFROM rec\b", s)]
     assert sum("GROUPING SETS" in s for s in reads) == 1

@@ -228,15 +228,15 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con)
-                tabled = is_remote(path) and not is_parquet(path)
+                # A local file is read where it lies, numbered and parsed in one pipeline, on one core
+                # (numbering keeps a pipeline on one): measured on 2 cores, less CPU than a table of its
+                # lines and no spill of them past the memory limit. With more cores the lines are first
+                # numbered into a table so that the parse runs on all of them (benchmarks/RESULTS.md);
+                # a remote log is always fetched once into it.
+                tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
                 if tabled:
-                    # A remote log is fetched once: its lines numbered into a table that the
-                    # sample and the reads below scan.
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                # A local file is read where it lies, numbered and parsed in one pipeline (no table
-                # of its lines: measured, the table cost more CPU than the parse it let run on
-                # every core, and under the memory limit it spilled; benchmarks/RESULTS.md).
                 normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
@@ -254,6 +254,14 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
             for statement in _stream_statements(path, vocabulary):
                 con.execute(statement)
     return line_counts
+
+
+# DuckDB threads up to which a local file is parsed as it is read (no table of its lines).
+STREAMED_THREADS = 2
+
+
+def _threads(con) -> int:
+    return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
 
 
 # Fewer lines than this left to the general query: it reads every path (a shorter query to bind)
