@@ -232,7 +232,7 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
 def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):
     """The finish reasons, shapes, per model, per max_tokens and stop reasons are one GROUPING SETS
     scan of the records; the output-token histograms one more; the rest are the counts, the
-    examples and the timeline (21 statements read `rec` here, 37 before)."""
+    examples, the turn candidates and the timeline (22 statements read `rec` here, 37 before)."""
     lines = _bench_lines(2000) + [json.dumps({"model": "m", "choices": [{"text": "a " * 80, "finish_reason": "length"}]})]
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -242,4 +242,25 @@ def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):
     reads = [s for s in statements[start:] if re.search(r"\bFROM rec\b", s)]
     assert sum("GROUPING SETS" in s for s in reads) == 1
     assert sum("GROUP BY" in s and "output_tokens" in s for s in reads) == 1  # the histograms' one scan
-    assert len(reads) <= 21, len(reads)
+    assert len(reads) <= 22, len(reads)
+
+
+def test_each_distinct_candidate_answer_is_diagnosed_once(monkeypatch, tmp_path):
+    """An answer the prefilter keeps (a transcript quoted in 300 answers, a runaway in 30 distinct
+    ones) is diagnosed once per distinct (text, finish), and the report lists every line of each
+    answer with a finding, in line order."""
+    transcript = "A transcript example:\n\nUser: My order hasn't arrived.\nAgent: Sorry to hear that."
+    lines = []
+    for i in range(600):
+        text, finish = ((transcript, "stop") if i % 2 else
+                        (f"Paris.\nsystem\n\nuser\nLaunch product {i % 60} now" if i % 4 == 0 else "Fine.", "length"))
+        lines.append(json.dumps({"model": "m", "choices": [{"text": text, "finish_reason": finish}]}))
+    path = tmp_path / "candidates.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    calls: list[str] = []
+    diagnose = query.diagnose_text
+    monkeypatch.setattr(query, "diagnose_text", lambda text, *a: calls.append(text) or diagnose(text, *a))
+    report = analyze_logs([str(path)])
+    assert len(calls) == len(set(calls)) == 1 + 15  # the transcript, and 15 distinct runaways (i % 60, i % 4 == 0)
+    turns = report.flagged["hallucinated-turn"]
+    assert [line for _, line in turns] == [i + 1 for i in range(600) if i % 4 == 0]

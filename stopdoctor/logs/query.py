@@ -458,15 +458,21 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     ran_on: list[Example] = []
     turn_models: Counter[str] = Counter()
     ran_models: Counter[str] = Counter()
-    seen: dict[tuple[str, str], Diagnosis] = {}  # the same answer logged again is diagnosed once
+    # Each distinct candidate answer (text, finish) is diagnosed once; then only the records of those
+    # with a finding are fetched, in line order (an answer logged on many lines is not fetched per line).
+    findings: dict[tuple[str, str], Diagnosis] = {}
+    for text, finish_value in _batches(con, "SELECT DISTINCT candidate_text, finish FROM rec "
+                                            "WHERE turn_candidate AND candidate_text IS NOT NULL"):
+        diagnosis = diagnose_text(text, finish_value, vocabulary)
+        if diagnosis.hallucinated_turn is not None or diagnosis.should_have_stopped is not None:
+            findings[(text, finish_value)] = diagnosis
+    con.execute("CREATE OR REPLACE TEMP TABLE found AS SELECT unnest(?::VARCHAR[]) AS text, unnest(?::VARCHAR[]) AS finish",
+                [[t for t, _ in findings], [f for _, f in findings]])
     for f, line, model, raw, finish_value, text in _batches(
-            con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec "
-                 "WHERE turn_candidate AND candidate_text IS NOT NULL ORDER BY file, line_no, choice"):
-        found = seen.get((text, finish_value))
-        if found is None:
-            found = diagnose_text(text, finish_value, vocabulary)
-            if len(seen) < 100_000:
-                seen[(text, finish_value)] = found
+            con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec r SEMI JOIN found d "
+                 "ON r.candidate_text = d.text AND r.finish = d.finish WHERE r.turn_candidate "
+                 "ORDER BY file, line_no, choice"):
+        found = findings[(text, finish_value)]
         name = "(not logged)" if model is None else model
         if found.hallucinated_turn is not None:
             turn = found.hallucinated_turn
@@ -478,6 +484,7 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
             ran_on.append(Example(f, line, model, finish_value, _excerpt(text, missed.offset or 0),
                                   f"{missed.text} at character {missed.offset}, more text after it", raw))
             ran_models[name] += 1
+    con.execute("DROP TABLE found")
     problems["hallucinated-turn"] = Problem("hallucinated-turn", PROBLEMS["hallucinated-turn"], len(turns),
                                             share(len(turns)), tuple(turns[:n]), dict(turn_models.most_common()))
     problems["ran-past-end-of-turn"] = Problem("ran-past-end-of-turn", PROBLEMS["ran-past-end-of-turn"], len(ran_on),
