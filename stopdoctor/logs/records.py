@@ -526,13 +526,9 @@ def _streamed() -> str:
 
 
 def derived_sql(relation: str, vocabulary: TurnVocabulary) -> str:
-    """Per answer of `relation`: the normalised finish reason and every flag a problem is counted
-    from (the thresholds are the module's constants).
-
-    Each costly test runs only on the answers it can be true for: a flag is a CASE (DuckDB
-    evaluates a CASE branch on the rows that reach it, but both sides of an AND on every row),
-    the word split only where the text has enough whitespace to make `REPETITION_MIN_WORDS` words,
-    the `<think>` regex only where the text has one. Each value is the unconditional one's."""
+    """Per answer of `relation`: the normalised finish reason and every flag a problem is counted from
+    (the module's thresholds). A costly test runs only where it can be true, behind a CASE (DuckDB
+    evaluates both sides of an AND on every row, a CASE branch on the rows that reach it)."""
     return rf"""
 WITH normalised AS (
     SELECT *, CASE WHEN finish_hint IS NOT NULL THEN finish_hint ELSE {normalised_finish_sql('finish_raw')} END AS finish,
@@ -573,8 +569,7 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
        CASE WHEN length(shown) > {TAIL} THEN '…' || right(shown, {TAIL}) ELSE shown END AS tail,
        coalesce(multi_choice, false) AND kind IS NOT NULL AS multi_choice,
        -- truncated-but-reported-finished: finished by its own account, yet exactly at the budget
-       CASE WHEN finish IN ('stop', 'tool_calls') AND output_tokens IS NOT NULL AND max_tokens IS NOT NULL
-                 AND NOT coalesce(multi_choice, false)
+       CASE WHEN finish IN ('stop', 'tool_calls') AND output_tokens IS NOT NULL AND max_tokens IS NOT NULL AND NOT coalesce(multi_choice, false)
             THEN coalesce(output_tokens = {_int('max_tokens')}, false) ELSE false END AS truncated_finished,
        -- degenerate-repetition: the share of repeated word 4-grams in the last words of a `stop` answer
        -- (or of character 8-grams of a last run without whitespace, when at least RUN_THRESHOLD)
@@ -601,8 +596,5 @@ FROM shared
 """
 
 
-# RE2's \s (DuckDB's regexes): the characters `derived_sql` counts before splitting a text into words.
-_WHITESPACE = "(chr(9) || chr(10) || chr(12) || chr(13) || ' ')"
-
-
+_WHITESPACE = "(chr(9) || chr(10) || chr(12) || chr(13) || ' ')"  # RE2's \s, counted before a word split
 _SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""
