@@ -228,18 +228,24 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con)
-                if not is_parquet(path):
-                    # Number the lines first (one ordered pass, no parsing), so that the parsing below
-                    # runs on every core: numbering in the same pipeline would keep it on one.
+                # A local file is read where it lies, numbered and parsed in one pipeline, on one core
+                # (numbering keeps a pipeline on one): measured on 2 cores, less CPU than a table of its
+                # lines and no spill of them past the memory limit. With more cores the lines are first
+                # numbered into a table so that the parse runs on all of them (benchmarks/RESULTS.md);
+                # a remote log is always fetched once into it.
+                tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
+                if tabled:
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                normalise_file(con, path, source, vocabulary, settings,
-                               progress(0 if is_parquet(path) else 40, 100 if is_parquet(path) else 60))
+                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100))
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
                 if attempt == 0 and is_encoding_error(str(error)) and not is_parquet(path) and not is_remote(path):
                     readable = utf8_copy(path, index, folder)
+                    # no half of the file left from the failed read (a statement that fails writes nothing;
+                    # the per-group read and the second read are two)
+                    con.execute("DELETE FROM rec WHERE file = ?", [path])
                     continue
                 raise read_error(path, str(error)) from None
         line_counts += con.execute("SELECT coalesce(max(line_no), 0) FROM rec WHERE file = ?", [path]).fetchone()[0]
@@ -248,6 +254,14 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
             for statement in _stream_statements(path, vocabulary):
                 con.execute(statement)
     return line_counts
+
+
+# DuckDB threads up to which a local file is parsed as it is read (no table of its lines).
+STREAMED_THREADS = 2
+
+
+def _threads(con) -> int:
+    return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
 
 
 # Fewer lines than this left to the general query: it reads every path (a shorter query to bind)
@@ -387,23 +401,34 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
                count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
                count(*) FILTER (shape LIKE '%-stream'),
                coalesce(sum(chunks) FILTER (shape LIKE '%-stream'), 0) FROM rec""")
-    responses_filter = "shape IS NOT NULL"
     bad_examples = tuple((f, n) for f, n in _rows(con, f"SELECT file, line_no FROM rec WHERE bad ORDER BY file, line_no "
                                                         f"LIMIT {BAD_EXAMPLES}"))
-    shapes = dict(_rows(con, f"SELECT shape, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
-    finish = dict(_rows(con, f"SELECT finish, count(*) FROM rec WHERE {responses_filter} GROUP BY 1 ORDER BY 2 DESC, 1"))
-    finish_raw = dict(_rows(con, f"SELECT coalesce(finish_raw, '(none)'), count(*) FROM rec WHERE {responses_filter} "
-                                 "GROUP BY 1 ORDER BY 2 DESC, 1"))
-    finish_native = _nested(_rows(con, f"SELECT finish, coalesce(finish_raw, '(none)'), count(*) FROM rec "
-                                       f"WHERE {responses_filter} GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"))
-    by_model = _nested(_rows(con, f"SELECT model, finish, count(*) FROM rec WHERE {responses_filter} "
-                                  "GROUP BY 1, 2 ORDER BY 1 NULLS LAST, 3 DESC, 2"))
-    by_max_tokens = _nested(_rows(con, f"SELECT max_tokens, finish, count(*) FROM rec WHERE {responses_filter} "
-                                       "GROUP BY 1, 2 ORDER BY try_cast(max_tokens AS DOUBLE) NULLS LAST, 1, 3 DESC, 2"))
+    # The answers' distributions in one scan of the records (one GROUPING SETS aggregate, a few
+    # rows a set), then each ordered as before from that small table.
+    con.execute("""CREATE OR REPLACE TEMP TABLE dist AS
+        SELECT GROUPING(shape, finish, raw, model, max_tokens, stop_reason) AS gid, shape, finish, raw, model,
+               max_tokens, stop_reason, count(*) AS n
+        FROM (SELECT *, coalesce(finish_raw, '(none)') AS raw FROM rec WHERE shape IS NOT NULL)
+        GROUP BY GROUPING SETS ((shape), (finish, raw), (model, finish), (max_tokens, finish), (stop_reason))""")
+    # GROUPING()'s bits, shape first: 0 for a column in the set
+    sets = {"shape": 0b011111, "finish raw": 0b100111, "model finish": 0b101011, "max_tokens finish": 0b101101,
+            "stop_reason": 0b111110}
+
+    def dist(grouping: str, columns: str, order: str, where: str = "") -> list[tuple]:
+        return _rows(con, f"SELECT {columns}, sum(n) FROM dist WHERE gid = {sets[grouping]} {where} "
+                          f"GROUP BY {', '.join(str(i + 1) for i in range(columns.count(',') + 1))} ORDER BY {order}")
+
+    shapes = dict(dist("shape", "shape", "2 DESC, 1"))
+    finish = dict(dist("finish raw", "finish", "2 DESC, 1"))
+    finish_raw = dict(dist("finish raw", "raw", "2 DESC, 1"))
+    finish_native = _nested(dist("finish raw", "finish, raw", "1, 3 DESC, 2"))
+    by_model = _nested(dist("model finish", "model, finish", "1 NULLS LAST, 3 DESC, 2"))
+    by_max_tokens = _nested(dist("max_tokens finish", "max_tokens, finish",
+                                 "try_cast(max_tokens AS DOUBLE) NULLS LAST, 1, 3 DESC, 2"))
     stop_reasons = {}
-    for value, count in _rows(con, f"SELECT stop_reason, count(*) FROM rec WHERE {responses_filter} AND stop_reason IS NOT NULL "
-                                   "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 50"):
+    for value, count in dist("stop_reason", "stop_reason", "2 DESC, 1 LIMIT 50", "AND stop_reason IS NOT NULL"):
         stop_reasons[f"id {value}" if re.fullmatch(r"\d+", value) else repr(value)] = count
+    con.execute("DROP TABLE dist")
 
     def share(count: int) -> float:
         return count / responses if responses else 0.0
@@ -433,15 +458,21 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     ran_on: list[Example] = []
     turn_models: Counter[str] = Counter()
     ran_models: Counter[str] = Counter()
-    seen: dict[tuple[str, str], Diagnosis] = {}  # the same answer logged again is diagnosed once
+    # Each distinct candidate answer (text, finish) is diagnosed once; then only the records of those
+    # with a finding are fetched, in line order (an answer logged on many lines is not fetched per line).
+    findings: dict[tuple[str, str], Diagnosis] = {}
+    for text, finish_value in _batches(con, "SELECT DISTINCT candidate_text, finish FROM rec "
+                                            "WHERE turn_candidate AND candidate_text IS NOT NULL"):
+        diagnosis = diagnose_text(text, finish_value, vocabulary)
+        if diagnosis.hallucinated_turn is not None or diagnosis.should_have_stopped is not None:
+            findings[(text, finish_value)] = diagnosis
+    con.execute("CREATE OR REPLACE TEMP TABLE found AS SELECT unnest(?::VARCHAR[]) AS text, unnest(?::VARCHAR[]) AS finish",
+                [[t for t, _ in findings], [f for _, f in findings]])
     for f, line, model, raw, finish_value, text in _batches(
-            con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec "
-                 "WHERE turn_candidate AND candidate_text IS NOT NULL ORDER BY file, line_no, choice"):
-        found = seen.get((text, finish_value))
-        if found is None:
-            found = diagnose_text(text, finish_value, vocabulary)
-            if len(seen) < 100_000:
-                seen[(text, finish_value)] = found
+            con, "SELECT file, line_no, model, finish_raw, finish, candidate_text FROM rec r SEMI JOIN found d "
+                 "ON r.candidate_text = d.text AND r.finish = d.finish WHERE r.turn_candidate "
+                 "ORDER BY file, line_no, choice"):
+        found = findings[(text, finish_value)]
         name = "(not logged)" if model is None else model
         if found.hallucinated_turn is not None:
             turn = found.hallucinated_turn
@@ -453,6 +484,7 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
             ran_on.append(Example(f, line, model, finish_value, _excerpt(text, missed.offset or 0),
                                   f"{missed.text} at character {missed.offset}, more text after it", raw))
             ran_models[name] += 1
+    con.execute("DROP TABLE found")
     problems["hallucinated-turn"] = Problem("hallucinated-turn", PROBLEMS["hallucinated-turn"], len(turns),
                                             share(len(turns)), tuple(turns[:n]), dict(turn_models.most_common()))
     problems["ran-past-end-of-turn"] = Problem("ran-past-end-of-turn", PROBLEMS["ran-past-end-of-turn"], len(ran_on),

@@ -365,7 +365,9 @@ def created_expr(lk: _Lookups) -> str:
 
 
 # A line that holds nothing: empty, a stream's end, an SSE event name.
-BLANK_LINE = "line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:')"
+# (A line that starts with `{` is none of them: the trim, a copy of the line, is skipped.)
+BLANK_LINE = ("CASE WHEN starts_with(line, '{') THEN false "
+              "ELSE line IS NULL OR trim(line) IN ('', '[DONE]') OR starts_with(line, 'event:') END")
 
 
 def one_answer(group: frozenset[str]) -> tuple[list[str], str, dict[str, str], str]:
@@ -524,8 +526,9 @@ def _streamed() -> str:
 
 
 def derived_sql(relation: str, vocabulary: TurnVocabulary) -> str:
-    """Per answer of `relation`: the normalised finish reason and every flag a problem is counted
-    from (the thresholds are the module's constants)."""
+    """Per answer of `relation`: the normalised finish reason and every flag a problem is counted from
+    (the module's thresholds). A costly test runs only where it can be true, behind a CASE (DuckDB
+    evaluates both sides of an AND on every row, a CASE branch on the rows that reach it)."""
     return rf"""
 WITH normalised AS (
     SELECT *, CASE WHEN finish_hint IS NOT NULL THEN finish_hint ELSE {normalised_finish_sql('finish_raw')} END AS finish,
@@ -533,58 +536,65 @@ WITH normalised AS (
     FROM {relation}
 ), scored AS (
     SELECT *,
+           -- n words need n - 1 whitespace characters (RE2's \s: tab, newline, form feed, return, space)
            CASE WHEN finish = 'stop' AND length(text) >= {REPETITION_MIN_WORDS * 2}
+                     AND length(text) - length(translate(text, {_WHITESPACE}, '')) >= {REPETITION_MIN_WORDS - 1}
                 THEN string_split_regex(trim(text), '\s+')[-{REPETITION_WINDOW}:] END AS words,
            CASE WHEN finish = 'length' AND text IS NOT NULL
-                THEN trim(regexp_replace(text, '(?s)<think>.*?(</think>|$)', '', 'g')) END AS visible,
+                THEN trim(CASE WHEN contains(text, '<think>') THEN regexp_replace(text, '(?s)<think>.*?(</think>|$)', '', 'g')
+                               ELSE text END) END AS visible,
            CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends,
            CASE WHEN finish = 'stop' AND length(text) >= {RUN_MIN_CHARS}
-                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run
+                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run,
+           rtrim(coalesce(nullif(text, ''), reasoning)) AS shown
     FROM normalised
 ), ran AS (
     -- a loop without whitespace: the last run of non-space characters (`analysis.repetition`)
-    SELECT *, CASE WHEN length(last_run) >= {RUN_MIN_CHARS} AND NOT regexp_full_match(last_run, {sql_string(RUN_RULE_CHARACTERS)})
-                   THEN right(last_run, {RUN_WINDOW}) END AS run
+    SELECT *, CASE WHEN length(last_run) >= {RUN_MIN_CHARS}
+                   THEN CASE WHEN NOT regexp_full_match(last_run, {sql_string(RUN_RULE_CHARACTERS)})
+                             THEN right(last_run, {RUN_WINDOW}) END END AS run
     FROM scored
+), shared AS (
+    SELECT *, CASE WHEN run IS NOT NULL THEN 1 - len(list_distinct(list_transform(range(1, length(run) - {RUN_GRAM - 2}),
+                lambda i: substring(run, i, {RUN_GRAM})))) / (length(run) - {RUN_GRAM - 1}) END AS run_share
+    FROM ran
 )
 SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
        output_tokens, reasoning_tokens, ts,
        {'chunks' if relation == 'streams' else f"CASE WHEN kind IN ({_streamed()}) THEN 0 ELSE 1 END"} AS chunks,
        coalesce(turn_candidate, false) AS turn_candidate,
-       finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
-           AND NOT regexp_matches(rtrim(text), {sql_string(_SENTENCE_END_SQL)}) AS mid_sentence,
+       CASE WHEN finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
+            THEN NOT regexp_matches(rtrim(text), {sql_string(_SENTENCE_END_SQL)}) ELSE false END AS mid_sentence,
        CASE WHEN turn_candidate THEN text END AS candidate_text,
-       CASE WHEN length(rtrim(coalesce(nullif(text, ''), reasoning))) > {TAIL}
-            THEN '…' || right(rtrim(coalesce(nullif(text, ''), reasoning)), {TAIL})
-            ELSE rtrim(coalesce(nullif(text, ''), reasoning)) END AS tail,
+       CASE WHEN length(shown) > {TAIL} THEN '…' || right(shown, {TAIL}) ELSE shown END AS tail,
        coalesce(multi_choice, false) AND kind IS NOT NULL AS multi_choice,
        -- truncated-but-reported-finished: finished by its own account, yet exactly at the budget
-       coalesce(finish IN ('stop', 'tool_calls') AND NOT coalesce(multi_choice, false)
-           AND output_tokens = {_int('max_tokens')}, false) AS truncated_finished,
+       CASE WHEN finish IN ('stop', 'tool_calls') AND output_tokens IS NOT NULL AND max_tokens IS NOT NULL AND NOT coalesce(multi_choice, false)
+            THEN coalesce(output_tokens = {_int('max_tokens')}, false) ELSE false END AS truncated_finished,
        -- degenerate-repetition: the share of repeated word 4-grams in the last words of a `stop` answer
        -- (or of character 8-grams of a last run without whitespace, when at least RUN_THRESHOLD)
        greatest(CASE WHEN len(words) >= {REPETITION_MIN_WORDS} THEN 1 - len(list_distinct(list_transform(range(1, len(words) - 2),
             lambda i: words[i] || ' ' || words[i + 1] || ' ' || words[i + 2] || ' ' || words[i + 3])))
             / (len(words) - 3) END,
-            list_filter([1 - len(list_distinct(list_transform(range(1, length(run) - {RUN_GRAM - 2}),
-                lambda i: substring(run, i, {RUN_GRAM})))) / (length(run) - {RUN_GRAM - 1})],
-                lambda share: run IS NOT NULL AND share >= {RUN_THRESHOLD})[1]) AS repetition,
+            CASE WHEN run_share >= {RUN_THRESHOLD} THEN run_share END) AS repetition,
        -- reasoning-consumed-budget: cut by the budget with no answer after reasoning, reasoning tokens
        -- at least REASONING_SHARE of the output, or the model closing its reasoning more than once
-       coalesce(finish = 'length' AND (
+       CASE WHEN finish = 'length' THEN coalesce(
            (coalesce(visible, '') = '' AND (nullif(reasoning, '') IS NOT NULL OR reasoning_tokens > 0
                                             OR text LIKE '%<think>%' OR (text = '' AND kind LIKE 'openai-c%')))
            OR (output_tokens > 0 AND reasoning_tokens >= {REASONING_SHARE} * output_tokens)
-           OR think_ends > 1), false) AS reasoning_budget,
+           OR think_ends > 1, false) ELSE false END AS reasoning_budget,
        CASE WHEN output_tokens > 0 THEN reasoning_tokens::DOUBLE / output_tokens END AS reasoning_share,
        think_ends, coalesce(visible, '') = '' AS empty_answer,
        -- empty-answer: reported stop with no answer text (an OpenAI chat answer's missing content too);
        -- not Anthropic's pause_turn, a turn paused on a server tool (normalised stop), not ended
-       coalesce(finish = 'stop' AND lower(coalesce(finish_raw, '')) <> 'pause_turn' AND NOT regexp_matches(coalesce(text, ''), '\S')
-                AND (text IS NOT NULL OR kind LIKE 'openai-c%'), false) AS empty_stop,
+       CASE WHEN finish = 'stop' AND (text IS NOT NULL OR kind LIKE 'openai-c%')
+                 AND lower(coalesce(finish_raw, '')) <> 'pause_turn'
+            THEN NOT regexp_matches(coalesce(text, ''), '\S') ELSE false END AS empty_stop,
        text, reasoning, finish_hint, stream_id
-FROM ran
+FROM shared
 """
 
 
+_WHITESPACE = "(chr(9) || chr(10) || chr(12) || chr(13) || ' ')"  # RE2's \s, counted before a word split
 _SENTENCE_END_SQL = r"""[.!?…。！？:;"'”’)\]*`>]$"""

@@ -55,8 +55,9 @@ def lie_problems(con, examples: int, responses: int,
     """The problems of lies with their examples, and every flagged (file, line) of each."""
     problems: dict[str, Problem] = {}
     flagged: dict[str, tuple] = {}
-    for key, condition in LIE_CONDITIONS.items():
-        count = con.execute(f"SELECT count(*) FROM rec WHERE {condition}").fetchone()[0]
+    counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER ({c})" for c in LIE_CONDITIONS.values())
+                         + " FROM rec").fetchone()  # one scan for the four counts
+    for (key, condition), count in zip(LIE_CONDITIONS.items(), counts):
         rows = con.execute(
             "SELECT file, line_no, model, finish, finish_raw, tail, output_tokens, max_tokens, repetition, "
             f"reasoning_share, think_ends, empty_answer FROM rec WHERE {condition} ORDER BY file, line_no, choice "
@@ -91,17 +92,22 @@ def charts(con, histograms: int = 6) -> Charts:
     time bucket (at most 48 buckets) when the lines carry timestamps."""
     sized = (f"SELECT coalesce(model, '(not logged)') AS model, {SIZED_MAX_TOKENS} AS mt, "
              "output_tokens FROM rec WHERE shape IS NOT NULL")
-    without = con.execute(f"SELECT count(*) FROM ({sized}) WHERE NOT (mt > 0 AND output_tokens IS NOT NULL)").fetchone()[0]
-    pairs = con.execute(f"SELECT model, mt, count(*) FROM ({sized}) WHERE mt > 0 AND output_tokens IS NOT NULL "
+    # One scan of the records: the answers counted per (model, max_tokens, bin) where sized (`ok`
+    # three-valued, as the conditions below read it), then each figure from that small table.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE sized_bins AS
+        SELECT model, mt, ok, CASE WHEN ok THEN CAST({token_bin('output_tokens', 'mt')} AS INTEGER) END AS bin,
+               count(*) AS n
+        FROM (SELECT *, mt > 0 AND output_tokens IS NOT NULL AS ok FROM ({sized})) GROUP BY ALL""")
+    without = con.execute("SELECT coalesce(sum(n), 0) FROM sized_bins WHERE NOT ok").fetchone()[0]
+    pairs = con.execute(f"SELECT model, mt, sum(n) FROM sized_bins WHERE ok "
                         f"GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT {histograms}").fetchall()
     shown = []
     for model, max_tokens, total in pairs:
-        counts = dict(con.execute(
-            f"SELECT CAST({token_bin('output_tokens', 'mt')} AS INTEGER), count(*) "
-            f"FROM ({sized}) WHERE model = ? AND mt = ? AND output_tokens IS NOT NULL GROUP BY 1",
-            [model, max_tokens]).fetchall())
+        counts = dict(con.execute("SELECT bin, sum(n) FROM sized_bins WHERE ok AND model = ? AND mt = ? GROUP BY 1",
+                                  [model, max_tokens]).fetchall())
         shown.append(TokenHistogram(model, max_tokens, tuple(counts.get(i, 0) for i in range(HISTOGRAM_BINS)),
                                     counts.get(HISTOGRAM_BINS, 0), total))
+    con.execute("DROP TABLE sized_bins")
     return Charts(tuple(shown), _timeline(con), without)
 
 
