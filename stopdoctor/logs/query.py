@@ -33,7 +33,8 @@ from stopdoctor.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
 from stopdoctor.logs.summary import BAD_EXAMPLES, charts, lie_problems
-from stopdoctor.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
+from stopdoctor.logs.sql import (OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string,
+                                 unnumbered_source_sql)
 from stopdoctor.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
@@ -233,11 +234,18 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                 # lines and no spill of them past the memory limit. With more cores the lines are first
                 # numbered into a table so that the parse runs on all of them (benchmarks/RESULTS.md);
                 # a remote log is always fetched once into it.
+                # A local JSONL file of sampled key groups is parsed in parallel where it lies, in file
+                # order, and numbered by the order it was written in (`normalise_file`): no table of
+                # its lines, the parse on every core.
+                local = not is_parquet(path) and not is_remote(path)
                 tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
-                if tabled:
+                if tabled and not (local and _key_groups(con, source, settings)):
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100))
+                else:
+                    tabled = False
+                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
+                               ordered=unnumbered_source_sql(readable) if local and not tabled else None)
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
@@ -270,22 +278,47 @@ REDO_GROUPED = 10_000
 
 
 def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
-                   on_progress: Callable[[float], None] | None = None, one_parse: bool = True) -> int | None:
+                   on_progress: Callable[[float], None] | None = None, one_parse: bool = True,
+                   ordered: str | None = None) -> int | None:
     """`source`'s records into `rec` as `path`'s: the per-group read (`logs.oneparse`), then
     the general query for the lines it left (their number is returned); the general query alone
     (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
-    false (the same records, slower)."""
+    false (the same records, slower).
+
+    With `ordered` (`source`'s lines unnumbered, `sql.unnumbered_source_sql`), the per-group read
+    runs on every core over it into a table in file order, and each record is numbered by its row
+    there (`_ordered_read`); `source` is then read only for the lines left to the general query."""
     groups = _key_groups(con, source, settings)
     if not (groups and one_parse):
         _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
         return None
-    _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
+    if ordered is not None:
+        _ordered_read(con, path, one_parse_sql(ordered, vocabulary, groups), on_progress)
+    else:
+        _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
     redo = con.execute("SELECT count(*) FROM rec WHERE file = ? AND line_no < 0", [path]).fetchone()[0]
     if redo:
         query = normalise_sql(redo_lines(source, path), vocabulary, groups=groups if redo >= REDO_GROUPED else None)
         con.execute(_insert_sql(path, query))
         con.execute(drop_redone_sql(path))
     return redo
+
+
+def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], None] | None) -> None:
+    """`query`'s records into `rec` as `path`'s, numbered by their order: `query` (the per-group read
+    of `unnumbered_source_sql`, one record a line, `line_no` 1 or -1 for a line left to the general
+    query) is written into a table with DuckDB's `preserve_insertion_order` on, which keeps the
+    order of a single-table scan through projections (DuckDB's documented order preservation: a
+    `SELECT` from one table function, CTEs of projections only, no join, aggregate or unnest),
+    so the table's `rowid` (0, 1, … in insertion order) + 1 is the line number."""
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        _run(con, f"CREATE OR REPLACE TEMP TABLE ordered_records AS {query}", on_progress)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * REPLACE "
+                "(CASE WHEN line_no < 0 THEN -1 - rowid ELSE rowid + 1 END AS line_no) FROM ordered_records")
+    con.execute("DROP TABLE ordered_records")
 
 
 def open_counted_records():
