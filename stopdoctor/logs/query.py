@@ -239,13 +239,14 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                 # its lines, the parse on every core.
                 local = not is_parquet(path) and not is_remote(path)
                 tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
-                if tabled and not (local and _key_groups(con, source, settings)):
+                groups = _key_groups(con, source, settings) if local and tabled else None
+                if tabled and not groups:
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
                 else:
                     tabled = False
                 normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
-                               ordered=unnumbered_source_sql(readable) if local and not tabled else None)
+                               ordered=unnumbered_source_sql(readable) if local and not tabled else None, groups=groups)
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
@@ -279,7 +280,7 @@ REDO_GROUPED = 10_000
 
 def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
                    on_progress: Callable[[float], None] | None = None, one_parse: bool = True,
-                   ordered: str | None = None) -> int | None:
+                   ordered: str | None = None, groups: Mapping[str, frozenset[str]] | None = None) -> int | None:
     """`source`'s records into `rec` as `path`'s: the per-group read (`logs.oneparse`), then
     the general query for the lines it left (their number is returned); the general query alone
     (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
@@ -287,8 +288,9 @@ def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, sett
 
     With `ordered` (`source`'s lines unnumbered, `sql.unnumbered_source_sql`), the per-group read
     runs on every core over it into a table in file order, and each record is numbered by its row
-    there (`_ordered_read`); `source` is then read only for the lines left to the general query."""
-    groups = _key_groups(con, source, settings)
+    there (`_ordered_read`); `source` is then read only for the lines left to the general query.
+    `groups`: the key groups when already sampled from `source`."""
+    groups = _key_groups(con, source, settings) if groups is None else groups
     if not (groups and one_parse):
         _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
         return None
