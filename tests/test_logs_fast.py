@@ -229,9 +229,8 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 2
-    ordered = [i for i, s in enumerate(statements) if "TABLE ordered_records AS" in s]
-    assert len(ordered) == 1 and "ORDINALITY" not in statements[ordered[0]]
-    assert "preserve_insertion_order = true" in statements[ordered[0] - 1]
+    ordered = [i for i, s in enumerate(statements) if "preserve_insertion_order = true" in statements[i - 1]]
+    assert len(ordered) == 1 and "ORDINALITY" not in statements[ordered[0]] and "INSERT INTO rec" in statements[ordered[0]]
     assert "preserve_insertion_order = false" in statements[ordered[0] + 1]
     assert dataclasses.replace(parallel, seconds=0) == dataclasses.replace(report, seconds=0)
 
@@ -267,12 +266,12 @@ def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, mon
         return con.execute("SELECT * FROM rec ORDER BY line_no, choice").fetchall()
 
     parallel = records()
-    assert any("TABLE ordered_records AS" in s for s in made[-1].statements)
+    assert any("preserve_insertion_order = true" in s for s in made[-1].statements)
     assert [r[1] for r in parallel if r[4]] == [i + 1 for i, line in enumerate(lines) if line.startswith(("{bad", "{not"))]
     assert [r[1] for r in parallel if r[8] == "long"] == [i + 1 for i, line in enumerate(lines) if line == long_text]
     monkeypatch.setattr(query, "unnumbered_source_sql", lambda path: None)  # the numbered read, on one core
     numbered = records()
-    assert not any("TABLE ordered_records AS" in s for s in made[-1].statements)
+    assert not any("preserve_insertion_order = true" in s for s in made[-1].statements)
     assert parallel == numbered
 
 

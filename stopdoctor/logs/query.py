@@ -309,18 +309,25 @@ def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, sett
 def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], None] | None) -> None:
     """`query`'s records into `rec` as `path`'s, numbered by their order: `query` (the per-group read
     of `unnumbered_source_sql`, one record a line, `line_no` 1 or -1 for a line left to the general
-    query) is written into a table with DuckDB's `preserve_insertion_order` on, which keeps the
-    order of a single-table scan through projections (DuckDB's documented order preservation: a
-    `SELECT` from one table function, CTEs of projections only, no join, aggregate or unnest),
-    so the table's `rowid` (0, 1, … in insertion order) + 1 is the line number."""
+    query) is appended to `rec` with DuckDB's `preserve_insertion_order` on, which keeps the order
+    of a single-table scan through projections (DuckDB's documented order preservation: a `SELECT`
+    from one table function, CTEs of projections only, no join, aggregate or unnest) and the
+    `rowid` of a materialised table follows that order; the rows one statement appends have
+    consecutive rowids (checked), so `rowid` - the first + 1 is the line number."""
+    before = con.execute("SELECT coalesce(max(rowid), -1) FROM rec").fetchone()[0]  # rows of earlier files, or of this path given twice
     con.execute("SET preserve_insertion_order = true")
     try:
-        _run(con, f"CREATE OR REPLACE TEMP TABLE ordered_records AS {query}", on_progress)
+        _run(con, _insert_sql(path, query), on_progress)
     finally:
         con.execute("SET preserve_insertion_order = false")
-    con.execute(f"INSERT INTO rec SELECT {sql_string(path)} AS file, * REPLACE "
-                "(CASE WHEN line_no < 0 THEN -1 - rowid ELSE rowid + 1 END AS line_no) FROM ordered_records")
-    con.execute("DROP TABLE ordered_records")
+    mine = f"file = ? AND rowid > {before}"
+    first, last, rows = con.execute(f"SELECT min(rowid), max(rowid), count(*) FROM rec WHERE {mine}", [path]).fetchone()
+    if not rows:
+        return
+    if last - first + 1 != rows:
+        raise RuntimeError(f"{path}: the records' row ids are not consecutive; their line numbers cannot be told")
+    con.execute(f"UPDATE rec SET line_no = CASE WHEN line_no < 0 THEN {first - 1} - rowid ELSE rowid - {first - 1} END "
+                f"WHERE {mine}", [path])
 
 
 def open_counted_records():
