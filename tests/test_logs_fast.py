@@ -206,7 +206,8 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     """On up to STREAMED_THREADS threads no table of the lines: the file is scanned by the sample of
     its key groups and by the per-group read, and by nothing else when no line needs the general
     query; a file with lines that do is scanned a third time for those lines only. With more threads
-    the file is read once, into a table of its lines, which the parse then reads on every thread."""
+    too, no table of its lines: the per-group read runs on every thread in file order and numbers the
+    records by their row ids (`query._ordered_read`)."""
     made, threads = recorded
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(_bench_lines(2000)) + "\n")
@@ -214,6 +215,7 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 2
+    assert not any("preserve_insertion_order = true" in s for s in statements)  # numbered as read, on one core
     assert report.lines == 2000 and report.responses > 1900
 
     otlp = LOGS / "shapes" / "otel-otlp.jsonl"

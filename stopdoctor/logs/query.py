@@ -229,14 +229,13 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con)
-                # A local file is read where it lies, numbered and parsed in one pipeline, on one core
-                # (numbering keeps a pipeline on one): measured on 2 cores, less CPU than a table of its
-                # lines and no spill of them past the memory limit. With more cores the lines are first
-                # numbered into a table so that the parse runs on all of them (benchmarks/RESULTS.md);
-                # a remote log is always fetched once into it.
-                # A local JSONL file of sampled key groups is parsed in parallel where it lies, in file
-                # order, and numbered by the order it was written in (`normalise_file`): no table of
-                # its lines, the parse on every core.
+                # On up to STREAMED_THREADS threads a local file is read where it lies, numbered and
+                # parsed in one pipeline, on one core (numbering keeps a pipeline on one): measured on 2
+                # cores, less CPU than a table of its lines, and than the ordered parallel read below
+                # (benchmarks/RESULTS.md). A remote log is always fetched once into a table of its lines.
+                # With more threads, a local JSONL file of sampled key groups is parsed on all of them
+                # where it lies, in file order, and numbered by the order its records were appended in
+                # (`_ordered_read`): no table of its lines (measured: less CPU and memory than the table).
                 local = not is_parquet(path) and not is_remote(path)
                 tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
                 groups = _key_groups(con, source, settings) if local and tabled else None
@@ -246,7 +245,7 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                 else:
                     tabled = False
                 normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
-                               ordered=unnumbered_source_sql(readable) if local and not tabled else None, groups=groups)
+                               ordered=unnumbered_source_sql(readable) if groups else None, groups=groups)
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
@@ -326,7 +325,7 @@ def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], Non
         return
     if last - first + 1 != rows:
         raise RuntimeError(f"{path}: the records' row ids are not consecutive; their line numbers cannot be told")
-    con.execute(f"UPDATE rec SET line_no = CASE WHEN line_no < 0 THEN {first - 1} - rowid ELSE rowid - {first - 1} END "
+    con.execute(f"UPDATE rec SET line_no = CASE WHEN line_no < 0 THEN ({first - 1}) - rowid ELSE rowid - ({first - 1}) END "
                 f"WHERE {mine}", [path])
 
 
