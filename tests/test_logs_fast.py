@@ -18,6 +18,7 @@ from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_WIN
                                             RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 from stopdoctor.logs import query
 from stopdoctor.logs.query import analyze_logs, connect
+from stopdoctor.logs.report import LogsSettings
 from stopdoctor.logs.records import REASONING_SHARE, TAIL, derived_sql, normalised_finish_sql
 from stopdoctor.logs.sql import prefilter_sql, sql_string
 from stopdoctor.logs.vocabulary import builtin_vocabulary
@@ -207,7 +208,8 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     """On up to STREAMED_THREADS threads no table of the lines: the file is scanned by the sample of
     its key groups and by the per-group read, and by nothing else when no line needs the general
     query; a file with lines that do is scanned a third time for those lines only. With more threads
-    the file is read once, into a table of its lines, which the parse then reads on every thread."""
+    too, no table of its lines: the per-group read runs on every thread in file order and numbers the
+    records by their row ids (`query._ordered_read`)."""
     made, threads = recorded
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(_bench_lines(2000)) + "\n")
@@ -215,6 +217,7 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 2
+    assert not any("preserve_insertion_order = true" in s for s in statements)  # numbered as read, on one core
     assert report.lines == 2000 and report.responses > 1900
 
     otlp = LOGS / "shapes" / "otel-otlp.jsonl"
@@ -223,12 +226,57 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
     assert sum("read_csv(" in s for s in statements) == 3  # the sample, the per-group read, the spans' lines
 
+    # With more threads too: the per-group read runs over the unnumbered lines on every thread, into
+    # a table kept in file order (preserve_insertion_order on for that statement only), numbered by rowid.
     threads[0] = query.STREAMED_THREADS + 2
-    tabled = analyze_logs([str(path)])
+    parallel = analyze_logs([str(path)])
     statements = made[-1].statements
-    assert sum("read_csv(" in s for s in statements) == 1
-    assert any(re.search(r"TABLE lines\b", s) for s in statements)
-    assert dataclasses.replace(tabled, seconds=0) == dataclasses.replace(report, seconds=0)
+    assert not any(re.search(r"TABLE lines\b", s) for s in statements)
+    assert sum("read_csv(" in s for s in statements) == 2
+    ordered = [i for i, s in enumerate(statements) if "preserve_insertion_order = true" in statements[i - 1]]
+    assert len(ordered) == 1 and "ORDINALITY" not in statements[ordered[0]] and "INSERT INTO rec" in statements[ordered[0]]
+    assert "preserve_insertion_order = false" in statements[ordered[0] + 1]
+    assert dataclasses.replace(parallel, seconds=0) == dataclasses.replace(report, seconds=0)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, monkeypatch, newline, gz):
+    """The ordered parallel read (`query._ordered_read`) on 4 threads gives every record the line
+    number the numbered read gives it, and the bad lines and a line longer than a CSV buffer the
+    numbers Python counts, with blank and whitespace lines, CRLF, and a .gz file."""
+    import gzip
+
+    made, threads = recorded
+    threads[0] = 4
+    rng = random.Random(1)
+    lines = []
+    for line in _bench_lines(30000):
+        roll = rng.random()
+        lines.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
+        lines.append(line)
+    long_text = json.dumps({"model": "long", "choices": [{"text": "word " * 400_000 + "User: hi", "finish_reason": "length"}]})
+    lines[1234:1234] = [long_text]
+    lines[25000:25000] = [long_text]
+    text = "".join(line + newline for line in lines).encode()
+    path = tmp_path / ("log.jsonl.gz" if gz else "log.jsonl")
+    path.write_bytes(gzip.compress(text) if gz else text)
+
+    def records() -> list[tuple]:
+        con, duckdb = query.connect()
+        con.execute("SET threads = 4")
+        con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {query.RECORD_COLUMNS})")
+        assert query._read_files(con, duckdb, [str(path)], builtin_vocabulary(), LogsSettings(), None, tmp_path) == len(lines)
+        return con.execute("SELECT * FROM rec ORDER BY line_no, choice").fetchall()
+
+    parallel = records()
+    assert any("preserve_insertion_order = true" in s for s in made[-1].statements)
+    assert [r[1] for r in parallel if r[4]] == [i + 1 for i, line in enumerate(lines) if line.startswith(("{bad", "{not"))]
+    assert [r[1] for r in parallel if r[8] == "long"] == [i + 1 for i, line in enumerate(lines) if line == long_text]
+    monkeypatch.setattr(query, "unnumbered_source_sql", lambda path: None)  # the numbered read, on one core
+    numbered = records()
+    assert not any("preserve_insertion_order = true" in s for s in made[-1].statements)
+    assert parallel == numbered
 
 
 def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):

@@ -33,7 +33,8 @@ from stopdoctor.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.logs.records import normalise_sql, prepared_lines, streams_sql
 from stopdoctor.logs.report import PROBLEMS, Example, LogsSummary, LogsSettings, Problem
 from stopdoctor.logs.summary import BAD_EXAMPLES, charts, lie_problems
-from stopdoctor.logs.sql import OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string
+from stopdoctor.logs.sql import (OVERRIDABLE, glob_literal, is_parquet, is_remote, source_sql, sql_comment, sql_string,
+                                 unnumbered_source_sql)
 from stopdoctor.logs.vocabulary import TurnVocabulary, builtin_vocabulary
 
 # --------------------------------------------------------------------------------------------
@@ -228,16 +229,23 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con)
-                # A local file is read where it lies, numbered and parsed in one pipeline, on one core
-                # (numbering keeps a pipeline on one): measured on 2 cores, less CPU than a table of its
-                # lines and no spill of them past the memory limit. With more cores the lines are first
-                # numbered into a table so that the parse runs on all of them (benchmarks/RESULTS.md);
-                # a remote log is always fetched once into it.
+                # On up to STREAMED_THREADS threads a local file is read where it lies, numbered and
+                # parsed in one pipeline, on one core (numbering keeps a pipeline on one): measured on 2
+                # cores, less CPU than a table of its lines, and than the ordered parallel read below
+                # (benchmarks/RESULTS.md). A remote log is always fetched once into a table of its lines.
+                # With more threads, a local JSONL file of sampled key groups is parsed on all of them
+                # where it lies, in file order, and numbered by the order its records were appended in
+                # (`_ordered_read`): no table of its lines (measured: less CPU and memory than the table).
+                local = not is_parquet(path) and not is_remote(path)
                 tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
-                if tabled:
+                groups = _key_groups(con, source, settings) if local and tabled else None
+                if tabled and not groups:
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100))
+                else:
+                    tabled = False
+                normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
+                               ordered=unnumbered_source_sql(readable) if groups else None, groups=groups)
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:
@@ -270,22 +278,55 @@ REDO_GROUPED = 10_000
 
 
 def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, settings: LogsSettings,
-                   on_progress: Callable[[float], None] | None = None, one_parse: bool = True) -> int | None:
+                   on_progress: Callable[[float], None] | None = None, one_parse: bool = True,
+                   ordered: str | None = None, groups: Mapping[str, frozenset[str]] | None = None) -> int | None:
     """`source`'s records into `rec` as `path`'s: the per-group read (`logs.oneparse`), then
     the general query for the lines it left (their number is returned); the general query alone
     (None returned) for a custom log, a file with no JSON line in its sample, or with `one_parse`
-    false (the same records, slower)."""
-    groups = _key_groups(con, source, settings)
+    false (the same records, slower).
+
+    With `ordered` (`source`'s lines unnumbered, `sql.unnumbered_source_sql`), the per-group read
+    runs on every core over it into a table in file order, and each record is numbered by its row
+    there (`_ordered_read`); `source` is then read only for the lines left to the general query.
+    `groups`: the key groups when already sampled from `source`."""
+    groups = _key_groups(con, source, settings) if groups is None else groups
     if not (groups and one_parse):
         _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
         return None
-    _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
+    if ordered is not None:
+        _ordered_read(con, path, one_parse_sql(ordered, vocabulary, groups), on_progress)
+    else:
+        _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
     redo = con.execute("SELECT count(*) FROM rec WHERE file = ? AND line_no < 0", [path]).fetchone()[0]
     if redo:
         query = normalise_sql(redo_lines(source, path), vocabulary, groups=groups if redo >= REDO_GROUPED else None)
         con.execute(_insert_sql(path, query))
         con.execute(drop_redone_sql(path))
     return redo
+
+
+def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], None] | None) -> None:
+    """`query`'s records into `rec` as `path`'s, numbered by their order: `query` (the per-group read
+    of `unnumbered_source_sql`, one record a line, `line_no` 1 or -1 for a line left to the general
+    query) is appended to `rec` with DuckDB's `preserve_insertion_order` on, which keeps the order
+    of a single-table scan through projections (DuckDB's documented order preservation: a `SELECT`
+    from one table function, CTEs of projections only, no join, aggregate or unnest) and the
+    `rowid` of a materialised table follows that order; the rows one statement appends have
+    consecutive rowids (checked), so `rowid` - the first + 1 is the line number."""
+    before = con.execute("SELECT coalesce(max(rowid), -1) FROM rec").fetchone()[0]  # rows of earlier files, or of this path given twice
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        _run(con, _insert_sql(path, query), on_progress)
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    mine = f"file = ? AND rowid > {before}"
+    first, last, rows = con.execute(f"SELECT min(rowid), max(rowid), count(*) FROM rec WHERE {mine}", [path]).fetchone()
+    if not rows:
+        return
+    if last - first + 1 != rows:
+        raise RuntimeError(f"{path}: the records' row ids are not consecutive; their line numbers cannot be told")
+    con.execute(f"UPDATE rec SET line_no = CASE WHEN line_no < 0 THEN ({first - 1}) - rowid ELSE rowid - ({first - 1}) END "
+                f"WHERE {mine}", [path])
 
 
 def open_counted_records():

@@ -93,10 +93,19 @@ def source_sql(path: str, con=None) -> str:
         else:
             line = "to_json(struct_pack(*COLUMNS(* EXCLUDE (file_row_number))))::VARCHAR"
         return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
-    return ("(SELECT ordinality AS line_no, line FROM read_csv("
-            f"{sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
-            "header = false, auto_detect = false, max_line_size = 8388608, compression = 'auto') "
-            "WITH ORDINALITY)")
+    return f"(SELECT ordinality AS line_no, line FROM {_lines_csv(path)} WITH ORDINALITY)"
+
+
+def _lines_csv(path: str) -> str:
+    return (f"read_csv({sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
+            "header = false, auto_detect = false, max_line_size = 8388608, compression = 'auto')")
+
+
+def unnumbered_source_sql(path: str) -> str:
+    """A JSONL file's lines as `source_sql` reads them, each with `line_no` 1 (a placeholder): the
+    relation for a parallel read in file order (`logs.query`), numbered afterwards by the `rowid` of
+    the table it was written into. No ordinality: numbering in the scan keeps it on one core."""
+    return f"(SELECT 1::BIGINT AS line_no, line FROM {_lines_csv(path)})"
 
 
 def glob_literal(path: str) -> str:
