@@ -293,9 +293,7 @@ def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, sett
     if not (groups and one_parse):
         _run(con, _insert_sql(path, normalise_sql(source, vocabulary, settings.overrides, groups)), on_progress)
         return None
-    if ordered is not None:
-        _ordered_read(con, path, one_parse_sql(ordered, vocabulary, groups), on_progress)
-    else:
+    if ordered is None or not _ordered_read(con, path, one_parse_sql(ordered, vocabulary, groups), on_progress):
         _run(con, _insert_sql(path, one_parse_sql(source, vocabulary, groups)), on_progress)
     redo = con.execute("SELECT count(*) FROM rec WHERE file = ? AND line_no < 0", [path]).fetchone()[0]
     if redo:
@@ -305,14 +303,15 @@ def normalise_file(con, path: str, source: str, vocabulary: TurnVocabulary, sett
     return redo
 
 
-def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], None] | None) -> None:
+def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], None] | None) -> bool:
     """`query`'s records into `rec` as `path`'s, numbered by their order: `query` (the per-group read
     of `unnumbered_source_sql`, one record a line, `line_no` 1 or -1 for a line left to the general
     query) is appended to `rec` with DuckDB's `preserve_insertion_order` on, which keeps the order
     of a single-table scan through projections (DuckDB's documented order preservation: a `SELECT`
     from one table function, CTEs of projections only, no join, aggregate or unnest) and the
     `rowid` of a materialised table follows that order; the rows one statement appends have
-    consecutive rowids (checked), so `rowid` - the first + 1 is the line number."""
+    consecutive rowids (checked: if they are not, the rows are dropped and False returned, for the
+    numbered read to run instead), so `rowid` - the first + 1 is the line number."""
     before = con.execute("SELECT coalesce(max(rowid), -1) FROM rec").fetchone()[0]  # rows of earlier files, or of this path given twice
     con.execute("SET preserve_insertion_order = true")
     try:
@@ -322,11 +321,13 @@ def _ordered_read(con, path: str, query: str, on_progress: Callable[[float], Non
     mine = f"file = ? AND rowid > {before}"
     first, last, rows = con.execute(f"SELECT min(rowid), max(rowid), count(*) FROM rec WHERE {mine}", [path]).fetchone()
     if not rows:
-        return
-    if last - first + 1 != rows:
-        raise RuntimeError(f"{path}: the records' row ids are not consecutive; their line numbers cannot be told")
+        return True
+    if last - first + 1 != rows:  # never seen; DuckDB does not promise it, so the lines are numbered instead
+        con.execute(f"DELETE FROM rec WHERE {mine}", [path])
+        return False
     con.execute(f"UPDATE rec SET line_no = CASE WHEN line_no < 0 THEN ({first - 1}) - rowid ELSE rowid - ({first - 1}) END "
                 f"WHERE {mine}", [path])
+    return True
 
 
 def open_counted_records():
