@@ -144,3 +144,28 @@ def test_inspect_imports_only_the_model_rules_and_the_registry_stays_whole(real_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     count, same, labels = proc.stdout.split()
     assert int(count) > 50 and same == "True" and labels == "True", proc.stderr[-2000:]
+
+
+def test_gguf_inspect_imports_no_html_module(real_gguf_models) -> None:
+    """Only the HTML pages escape HTML (`reporters.plain.html_text`): `html` is imported there."""
+    modules = imported_by("inspect", "--json", str(real_gguf_models.gemma_gguf))
+    assert "stopdoctor.reporters.plain" in modules and "html" not in modules
+
+
+def test_the_card_patterns_are_compiled_only_for_a_card(real_gguf_models, real_models, tmp_path) -> None:
+    """A model without a README.md (every GGUF file) never compiles the six card patterns; the
+    first card read compiles them once, and what they find is as before."""
+    import shutil
+
+    from stopdoctor.api import inspect_model, load
+    from stopdoctor.facts import card_sampling
+
+    card_sampling._patterns.cache_clear()
+    inspect_model(str(real_gguf_models.gemma_gguf))
+    assert card_sampling._patterns.cache_info().currsize == 0
+    folder = tmp_path / "model"
+    shutil.copytree(real_models.smollm2_hf, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "README.md").write_text("We recommend temperature = 0.6 and top_p: 0.95.\n", encoding="utf-8")
+    found = card_sampling.card_sampling(load(str(folder)))
+    assert {key: sourced.value for key, sourced in found.items()} == {"temperature": 0.6, "top_p": 0.95}
+    assert card_sampling._patterns.cache_info().currsize == 1

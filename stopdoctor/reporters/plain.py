@@ -8,7 +8,6 @@ Imports: re and html only.
 
 from __future__ import annotations
 
-import html
 import re
 
 # C0 controls but newline and tab, DEL, C1 controls (0x9b is a one-byte CSI on some terminals),
@@ -49,6 +48,8 @@ def terminal_safe(text: str) -> str:
 def html_text(text: str) -> str:
     """Untrusted text for an HTML page: escaped (`<script>` is text), controls and bidi overrides
     shown as escapes, never applied."""
+    import html  # only the HTML pages escape: ~1-2 ms a command that writes none
+
     return html.escape(printable(text))
 
 
