@@ -239,8 +239,10 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     assert dataclasses.replace(parallel, seconds=0) == dataclasses.replace(report, seconds=0)
 
 
-@pytest.mark.parametrize("newline", ["\n", "\r\n"])
-@pytest.mark.parametrize("gz", [False, True])
+# plain LF and gzipped CRLF in the quick loop; the other two in the full suite (~4 s each)
+@pytest.mark.parametrize("newline, gz", [("\n", False), ("\r\n", True),
+                                         pytest.param("\r\n", False, marks=pytest.mark.slow),
+                                         pytest.param("\n", True, marks=pytest.mark.slow)])
 def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, monkeypatch, newline, gz):
     """The ordered parallel read (`query._ordered_read`) on 4 threads gives every record the line
     number the numbered read gives it, and the bad lines and a line longer than a CSV buffer the

@@ -311,7 +311,9 @@ def test_the_html_report_renders_in_headless_chromium(tmp_path):
 _EVERY_PATH_ROWS: dict[str, list] = {}  # each file's every-path records, computed once for both samples
 
 
-@pytest.mark.parametrize("sample", [1, 20_000])
+# groups from one line (most lines through the every-path branch) in the quick loop; the usual
+# 20,000-line sample in the full suite (test_logs_oneparse checks the usual read quickly)
+@pytest.mark.parametrize("sample", [1, pytest.param(20_000, marks=pytest.mark.slow)])
 def test_the_two_level_read_gives_exactly_the_records_of_reading_every_path(sample):
     """Groups change the speed, never a record: on every fixture, the query reading only each
     line's group's paths gives the same rows as the query reading every path (with groups sampled
