@@ -16,7 +16,7 @@ Imports: every stage below it (facts, template, analysis, actions, rules); never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,7 +91,7 @@ def model_findings(analysis: Analysis) -> list[Finding]:
 
 
 def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
-                  against: str | None = None) -> InspectResult:
+                  against: str | None = None, lookups_only: bool = True) -> InspectResult:
     """`stopdoctor inspect`: read a model's files, analyse them, run the model rules; `weights`:
     also read the embedding/output rows that matter for stopping and run the weights rules;
     `against`: the original the model was converted or re-uploaded from (a spec), whose eos ids
@@ -100,7 +100,7 @@ def inspect_model(spec: str, revision: str | None = None, weights: bool = False,
     from stopdoctor.rules.results import InspectResult
     from stopdoctor.rules.runner import run_rules
 
-    with for_lookups():  # inspect encodes text only for a marker that is no single token
+    with for_lookups() if lookups_only else nullcontext():  # check: tokenizer.json whole (its merges too)
         facts = load(spec, revision)
         original = load(against) if against is not None else None
     with render_deadline():  # one time limit for all of inspect's template renders

@@ -119,6 +119,9 @@ def test_a_merge_of_unknown_tokens_is_refused_by_the_commands_that_encode(tmp_pa
     probe = cli("probe-stop", "\\nUser:", "--model", str(model))
     assert probe.code == 2
     assert "Token `zzzq` out of vocabulary" in probe.stderr
+    gate = cli("check", str(model))  # the CI gate loads it whole: a tokenizer the runtime cannot load fails it
+    assert gate.code == 2, gate.stdout + gate.stderr
+    assert "zzzq" in gate.stdout + gate.stderr
 
 
 def _tokenizer_json(vocab, added, model_type="BPE") -> str:
