@@ -293,10 +293,11 @@ def read_tokenizer_file(vocab: Vocabulary, path: Path) -> None:
     post-processor do not depend on a BPE model's merges, which are two thirds of the library's
     load (~65 of ~100 ms for SmolLM2's 49k): inside `for_lookups()` (inspect) the file is loaded
     without them (`_without_merges`) and whole on the first encode (`Vocabulary.tokenizer()`);
-    elsewhere (the commands that encode) whole at once. Parsing the JSON with the json module
-    instead was measured as slow as the library. What the library refuses in the rest of the file
-    it refuses here, with its message; what it would refuse in the merges array (a merge of unknown
-    tokens, a broken array with an intact end) is refused by the commands that encode."""
+    elsewhere (the commands that encode, and `check`) whole at once. Parsing the whole JSON, merges
+    included, with the json module was measured as slow as the library. What the library refuses in
+    the rest of the file it refuses here, with its message; what it would refuse in the merges array
+    (a merge of unknown tokens, a broken array with an intact end) is refused by the commands that
+    encode and by `check`."""
     import json
 
     try:
