@@ -71,3 +71,17 @@ def stop_server(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def bench_log_lines(count: int) -> list[str]:
+    """The first `count` lines of `benchmarks/bench_logs.py`'s synthetic log (its five shapes, mixed
+    line by line, seed 0)."""
+    import importlib.util
+    import random
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_logs", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_logs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = random.Random(0)
+    return [bench.synthetic_line(i, rng) for i in range(count)]

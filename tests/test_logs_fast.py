@@ -22,6 +22,7 @@ from stopdoctor.logs.report import LogsSettings
 from stopdoctor.logs.records import REASONING_SHARE, TAIL, derived_sql, normalised_finish_sql
 from stopdoctor.logs.sql import prefilter_sql, sql_string
 from stopdoctor.logs.vocabulary import builtin_vocabulary
+from tests.helpers import bench_log_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "logs"
@@ -194,16 +195,6 @@ def recorded(monkeypatch):
     return made, threads
 
 
-def _bench_lines(count: int) -> list[str]:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_logs", ROOT / "benchmarks" / "bench_logs.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rng = random.Random(0)
-    return [bench.synthetic_line(i, rng) for i in range(count)]
-
-
 def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     """On up to STREAMED_THREADS threads no table of the lines: the file is scanned by the sample of
     its key groups and by the per-group read, and by nothing else when no line needs the general
@@ -212,7 +203,7 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     records by their row ids (`query._ordered_read`)."""
     made, threads = recorded
     path = tmp_path / "bench.jsonl"
-    path.write_text("\n".join(_bench_lines(2000)) + "\n")
+    path.write_text("\n".join(bench_log_lines(2000)) + "\n")
     report = analyze_logs([str(path)])
     statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)
@@ -253,7 +244,7 @@ def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, mon
     threads[0] = 4
     rng = random.Random(1)
     lines = []
-    for line in _bench_lines(30000):
+    for line in bench_log_lines(30000):
         roll = rng.random()
         lines.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
         lines.append(line)
@@ -285,7 +276,7 @@ def test_the_summary_reads_the_records_in_a_few_scans(recorded, tmp_path):
     """The finish reasons, shapes, per model, per max_tokens and stop reasons are one GROUPING SETS
     scan of the records; the output-token histograms one more; the rest are the counts, the
     examples, the turn candidates and the timeline (22 statements read `rec` here, 37 before)."""
-    lines = _bench_lines(2000) + [json.dumps({"model": "m", "choices": [{"text": "a " * 80, "finish_reason": "length"}]})]
+    lines = bench_log_lines(2000) + [json.dumps({"model": "m", "choices": [{"text": "a " * 80, "finish_reason": "length"}]})]
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(lines) + "\n")
     analyze_logs([str(path)])

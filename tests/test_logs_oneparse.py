@@ -5,7 +5,6 @@ counted in JSON reads a line and in lines left to the general query (never in se
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
 import re
 from pathlib import Path
@@ -27,6 +26,7 @@ from stopdoctor.logs.records import normalise_sql, prepared_lines
 from stopdoctor.logs.report import LogsSettings
 from stopdoctor.logs.sql import source_sql
 from stopdoctor.logs.vocabulary import builtin_vocabulary
+from tests.helpers import bench_log_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "logs"
@@ -40,19 +40,10 @@ ODD_LINES = ["null", "42", '"text"', "[]", "[1, 2]", "{}", "true", '{"response":
              '{"model": "llama3", "response": {"odd": [1, 2]}, "done": true, "done_reason": "stop"}']
 
 
-def _bench_lines(count: int) -> list[str]:
-    """Lines of `benchmarks/bench_logs.py`'s synthetic log (its five shapes, mixed line by line)."""
-    spec = importlib.util.spec_from_file_location("bench_logs", ROOT / "benchmarks" / "bench_logs.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rng = random.Random(0)
-    return [bench.synthetic_line(i, rng) for i in range(count)]
-
-
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> Path:
     """Every fixture's lines shuffled together with the odd lines and synthetic ones."""
-    lines = [line for path in FIXTURES for line in path.read_text().splitlines()] + ODD_LINES + _bench_lines(300)
+    lines = [line for path in FIXTURES for line in path.read_text().splitlines()] + ODD_LINES + bench_log_lines(300)
     random.Random(1).shuffle(lines)
     path = tmp_path_factory.mktemp("oneparse") / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -131,7 +122,7 @@ def test_the_synthetic_benchmark_log_needs_no_second_read(tmp_path):
     """On `bench_logs.py`'s log (five shapes, mixed line by line) no line goes to the general query;
     on an OTLP export every line does (spans are lists of answers)."""
     path = tmp_path / "bench.jsonl"
-    path.write_text("\n".join(_bench_lines(3000)) + "\n")
+    path.write_text("\n".join(bench_log_lines(3000)) + "\n")
     _, redone = _records(path, one_parse=True)
     assert redone == 0
     otlp = LOGS / "shapes" / "otel-otlp.jsonl"
