@@ -236,14 +236,13 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                 # With more threads, a local JSONL file of sampled key groups is parsed on all of them
                 # where it lies, in file order, and numbered by the order its records were appended in
                 # (`_ordered_read`): no table of its lines (measured: less CPU and memory than the table).
-                local = not is_parquet(path) and not is_remote(path)
-                tabled = not is_parquet(path) and (is_remote(path) or _threads(con) > STREAMED_THREADS)
-                groups = _key_groups(con, source, settings) if local and tabled else None
-                if tabled and not groups:
+                text = not is_parquet(path)
+                parallel = text and not is_remote(path) and _threads(con) > STREAMED_THREADS
+                groups = _key_groups(con, source, settings) if parallel else None
+                tabled = text and (is_remote(path) or parallel) and not groups
+                if tabled:
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
-                else:
-                    tabled = False
                 normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
                                ordered=unnumbered_source_sql(readable) if groups else None, groups=groups)
                 con.execute("DROP TABLE IF EXISTS lines")
