@@ -48,6 +48,15 @@ if not _INHERITED:
     for _folder in TEMP_FOLDERS:
         atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 
+# typer turns the app into a click command on every `CliRunner.invoke` (~15-25 ms: every command's
+# annotations evaluated), more than most commands here take to run; the quick loop's ~800 invocations
+# paid it each time (~16 s of CPU). The CLI builds it once a process, and so do the tests now: one build per Typer app
+# (none is changed after its commands are registered; tests/test_cold_imports.py checks the real
+# `main()` in a subprocess, untouched by this).
+import typer.testing  # noqa: E402
+
+typer.testing._get_command = functools.cache(typer.testing._get_command)
+
 pytest_plugins = ["tests.realmodels_fixture", "tests.weights_fixture", "tests.llamaserver_fixture"]
 
 from fixtures.templates import find_realworld  # noqa: E402  (the repo root is on sys.path now)
