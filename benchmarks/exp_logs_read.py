@@ -5,7 +5,8 @@ Two parts (benchmarks/RESULTS.md, "a structured read, measured"):
   read   the line read alone: DuckDB's minimal count (5 paths), main's read (`json_valid`, the key
          group, one `json_extract_string` of the group's paths), `from_json` of the union of the
          sampled groups' paths, `read_ndjson` with that union as an explicit `columns` schema, and
-         the union struct's fields put into a list (what the answer's expressions would index).
+         the union struct's fields put into a list (what the answer's expressions would index), from
+         `from_json` and from `read_ndjson` (the row as a struct).
   e2e    the per-group read's whole normalising query (records written to a table), main's against
          the same query with each group's `json_extract_string` replaced by `from_json` into a struct
          (`struct`), and one `from_json` of the union with no key group (`union`); the records are
@@ -144,6 +145,8 @@ def main() -> None:
             "from_json union, fields": f"SELECT count(v), sum(len(v)) FROM (SELECT [{', '.join(access(p, 's') for p in union)}] v "
                                        f"FROM (SELECT from_json(line, '{structure(t)}') s FROM {valid}))",
             "read_ndjson columns": f"SELECT count(*), count(response), count(choices) FROM read_ndjson({sql_string(path)}, columns = {columns(t)}, ignore_errors = true)",
+            "read_ndjson columns, fields": f"SELECT count(v), sum(len(v)) FROM (SELECT [{', '.join(access(p, 'r') for p in union)}] v "
+                                           f"FROM read_ndjson({sql_string(path)}, columns = {columns(t)}, ignore_errors = true) r)",
         }
     else:
         queries = {"main": one_parse_sql(source, builtin_vocabulary(), groups),
