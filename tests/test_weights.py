@@ -4,6 +4,7 @@ verdict and SD801 on real models and their broken copies (no model is loaded: no
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -216,3 +217,30 @@ def test_inspect_imports_only_what_it_uses(synth_root, real_gguf_models):
     assert not plain & (never | {"numpy"})
     weights = _modules_after("inspect", "--json", "--weights", str(real_gguf_models.gemma_gguf))
     assert "numpy" in weights and not weights & never and "numpy.ma" not in weights
+
+
+THREADS_AFTER_INSPECT = """
+import os, sys
+from stopdoctor.cli import main
+sys.argv = ['stopdoctor', 'inspect', '--weights', '--json', sys.argv[1]]
+try:
+    main()
+except SystemExit as exit_:
+    assert exit_.code in (0, 1), exit_.code
+print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'), file=sys.__stderr__)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
+def test_inspect_weights_starts_no_blas_threads_unless_the_user_asks(real_models):
+    """numpy's OpenBLAS started a spinning thread a core for one small matrix product (~100 ms of
+    CPU, issue 28): a cold `inspect --weights` now ends with its one thread; a user's own
+    OPENBLAS_NUM_THREADS is kept as it was."""
+    def run(**env: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", THREADS_AFTER_INSPECT, str(real_models.smollm2_hf)],
+                             capture_output=True, text=True, check=True,
+                             env={k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | env)
+        return out.stderr.split()[-2:]
+
+    assert run() == ["1", "1"]
+    assert run(OPENBLAS_NUM_THREADS="2")[1] == "2"
