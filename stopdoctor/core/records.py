@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from threading import get_ident
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any, TypeVar, dataclass_transform
 
 _C = TypeVar("_C", bound=type)
@@ -75,4 +75,4 @@ def record(cls: _C) -> _C:
     return made
 
 
-__all__ = ["field", "record"]
+__all__ = ["field", "record", "replace"]
