@@ -23,8 +23,8 @@ class _R:
 class _D:
     a: int
     b: str = "x"
-    c: list[int] = field(default_factory=list, compare=False, repr=False)
-    d: int = field(default=0, hash=False)
+    c: list[int] = dataclasses.field(default_factory=list, compare=False, repr=False)
+    d: int = dataclasses.field(default=0, hash=False)
 
 
 @record
