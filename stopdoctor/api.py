@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.core.errors import InputError, StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
+from stopdoctor.core.records import record, replace
 from stopdoctor.core.types import Expectation, ModelSource
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.facts.serving import ServingConfig
@@ -412,7 +412,7 @@ def read_serving(path: Path, kind: str | None = None) -> ServingConfig:
 # --- generate --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class GenerationPlan:
     """A `generate` request checked before the (slow) model load: the model's context, the prompts
     (two with thinking both), the stop set, and the reference answers a local run measures the

@@ -16,12 +16,13 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding, Severity
+from stopdoctor.core.records import record
 from stopdoctor.core.types import MODEL_KINDS, Expectation
 from stopdoctor.facts.lines import line_at
 from stopdoctor.facts.model_facts import load_text
@@ -40,7 +41,7 @@ TOP_KEYS = {"models", "serving", "fail-on", "select", "ignore", "severity", "mod
 MODEL_KEYS = {"path", "revision", "serving", "expect-kind", "expect-end-of-turn", "expect-stops"}
 
 
-@dataclass(frozen=True)
+@record
 class ModelEntry:
     """One model to check: its spec (a folder, .gguf file or hub id), and what goes with it."""
 
@@ -50,7 +51,7 @@ class ModelEntry:
     expectation: Expectation | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     models: tuple[ModelEntry, ...] = ()
     serving: tuple[Path, ...] = ()  # deployed with every model

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from stopdoctor.core.records import record
 from stopdoctor.writers.edits import FileEdit, FixPlan
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Finding
@@ -286,7 +286,7 @@ def _replace_vllm_generation_config(serving: ServingConfig) -> str | None:
     return text[: match.start(2)] + "auto" + text[match.end(2):]
 
 
-@dataclass(frozen=True)
+@record
 class GenerateFix:
     """The fix `generate` prints under a runaway: one line, with the file and key to change when
     there is one (as `inspect` names them)."""
@@ -336,7 +336,7 @@ if TYPE_CHECKING:
     from stopdoctor.rules.verdicts import FixOutcome
 
 
-@dataclass(frozen=True)
+@record
 class PreparedFix:
     """A fix planned and (with write) staged beside its targets, nothing changed yet: `outcome` says
     what the edits would do and what would remain; `commit` renames the staged files into place."""
@@ -351,7 +351,7 @@ class PreparedFix:
         what the plan expected."""
         from dataclasses import replace
 
-        self.staged.commit()  # type: ignore[union-attr]
+        self.staged.commit()  # type: ignore[attr-defined]
         return replace(self.outcome, written=True, remaining=tuple(self.rejudge()))
 
     def discard(self) -> None:

@@ -12,11 +12,11 @@ Imports: core, facts, template, analysis.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.differences import Difference, sampling_differences
 from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.core.records import record
 from stopdoctor.template.render import render_chat
 
 CONVERSATION = [
@@ -30,7 +30,7 @@ PROBES = ("Hello, world!", "  two  spaces and a tab\t.", "naïve café 東京 �
 STOP_ROLES = ("eos", "eot", "eom")
 
 
-@dataclass(frozen=True)
+@record
 class ModelDiff:
     a: str
     b: str

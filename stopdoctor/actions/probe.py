@@ -10,11 +10,12 @@ Imports: core, facts (model facts, vocabulary), analysis (the analysis, the prob
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError, TemplateError
+from stopdoctor.core.records import record
 from stopdoctor.facts.model_facts import ModelFacts, load_text
 from stopdoctor.facts.vocab import lone_surrogate
 from stopdoctor.actions.render import special_token_map, with_template_line
@@ -26,14 +27,14 @@ MAX_STOPS = 256
 MAX_CORPUS_BYTES = 16_000_000  # one --corpus file
 
 
-@dataclass(frozen=True)
+@record
 class ContextResult:
     probe: Any  # stopdoctor.analysis.probe.ContextProbe
     id_match_fires: bool  # the standalone ids occur in encode(context + stop)
     pieces: list[str]  # decoded text of each covering id
 
 
-@dataclass(frozen=True)
+@record
 class StopReport:
     probe: Any  # stopdoctor.analysis.probe.StopProbe
     contexts: list[ContextResult]
@@ -60,7 +61,7 @@ class StopReport:
         return self.misses > 0 or (bool(self.probe.false_positives) and not quoted_only) or self.fires_inside_thought
 
 
-@dataclass(frozen=True)
+@record
 class ProbeReport:
     model: str
     stops: list[StopReport]

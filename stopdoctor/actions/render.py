@@ -18,11 +18,12 @@ import difflib
 import json
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from stopdoctor.core.errors import InputError, TemplateError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import ChatTemplate, Location
 from stopdoctor.facts.model_facts import MAX_JSON_BYTES, ModelFacts, load_json, load_text, parse_json
 
@@ -192,7 +193,7 @@ class PromptToken(NamedTuple):
     end: int
 
 
-@dataclass(frozen=True)
+@record
 class SpecialSpan:
     start: int
     end: int
@@ -200,7 +201,7 @@ class SpecialSpan:
     id: int | None
 
 
-@dataclass(frozen=True)
+@record
 class BosReport:
     token: str | None
     written_by_template: bool
@@ -208,7 +209,7 @@ class BosReport:
     note: str | None  # set when re-encoding the text with special tokens would double BOS
 
 
-@dataclass(frozen=True)
+@record
 class RenderedPrompt:
     """One conversation rendered as transformers' apply_chat_template would render it."""
 
@@ -411,7 +412,7 @@ def render_prompt(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class PromptComparison:
     left: RenderedPrompt
     right: RenderedPrompt
@@ -502,7 +503,7 @@ def compare_prompts(
     return PromptComparison(left, right, left_label, right_label, diff, left_eot, right_eot, error)
 
 
-@dataclass(frozen=True)
+@record
 class RenderResult:
     """`stopdoctor render`: each conversation rendered, the comparisons with `--compare`, and what
     the run had to say (a fallback taken)."""
@@ -512,7 +513,7 @@ class RenderResult:
     notes: list[str]
 
 
-@dataclass(frozen=True)
+@record
 class RenderRequest:
     """What `render` was asked: the conversations (None: the sample one), the tools, a template file
     or name, a second template or model to compare with, the generation-prompt options, the thinking

@@ -20,12 +20,12 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.weights import stop_targets
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.template.render import render_chat
 from stopdoctor.template.limits import render_deadline
@@ -53,7 +53,7 @@ RUN_TOKENS = {"cuda": 1_048_576, "cpu": 16_384}
 BROKEN = "the model's output here holds NaN or infinite values: its weights are broken"
 
 
-@dataclass(frozen=True)
+@record
 class Context:
     """One example as the model sees it just before it should end its turn."""
 
@@ -65,7 +65,7 @@ class Context:
     preview: str  # the end of the answer, for people
 
 
-@dataclass(frozen=True)
+@record
 class Competitor:
     id: int
     text: str | None  # the token as the vocabulary writes it ("ĠParis")
@@ -73,7 +73,7 @@ class Competitor:
     decoded: str = ""  # as text (" Paris")
 
 
-@dataclass(frozen=True)
+@record
 class ExampleOdds:
     context: Context
     p_end_of_turn: float  # summed over the context's target ids
@@ -82,7 +82,7 @@ class ExampleOdds:
     top: tuple[Competitor, ...]  # the most likely tokens that do not end the turn
 
 
-@dataclass(frozen=True)
+@record
 class StopOdds:
     model: str
     device: str
@@ -345,7 +345,7 @@ def verdict(examples: list[ExampleOdds], static_errors: list[str], target_text: 
 # --- evidence for generate and check --live ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class StopEvidence:
     """Whether the weights can end a turn, from the two cheap witnesses a loaded model allows:
     the end-of-turn rows (`inspect --weights`) and P(end-of-turn) on the built-in reference

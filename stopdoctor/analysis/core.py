@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from stopdoctor.core.records import record
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.errors import TemplateError
 from stopdoctor.runtimes.engine_stops import all_stops
@@ -22,7 +23,7 @@ from stopdoctor.template.turns import TurnStructure, analyze_turns, template_wri
 from stopdoctor.analysis.verdict import Verdict, decide
 
 
-@dataclass(frozen=True)
+@record
 class EndOfTurn:
     """The text a template writes after assistant content, and how the vocabulary encodes it."""
 

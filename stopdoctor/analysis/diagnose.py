@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.runtimes.stops import tokenizer_eos
 
@@ -25,7 +26,7 @@ FINISH_LENGTH = "length"
 FINISH_REPETITION = "repetition"  # vLLM's runtime loop stop: the engine cut a loop, not a finished answer
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     """One generated token: `text` is what it added to the decoded text (specials visible)."""
 
@@ -36,7 +37,7 @@ class Step:
     p_end_of_turn: float | None = None  # P(the ids that end the turn) at this step, when the engine measures it
 
 
-@dataclass(frozen=True)
+@record
 class StopCause:
     """Why generation ended. kind: eos | stop_id | stop_string | length | unreported (a server
     said "stop" without saying on what; `text` lists what could have ended it) | repetition (a
@@ -54,7 +55,7 @@ class StopCause:
         return {"length": FINISH_LENGTH, "repetition": FINISH_REPETITION}.get(self.kind, FINISH_STOP)
 
 
-@dataclass(frozen=True)
+@record
 class Generation:
     """One generation, by any engine. `steps` is empty when the engine does not expose ids (a server)."""
 
@@ -81,7 +82,7 @@ class Generation:
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-@dataclass(frozen=True)
+@record
 class TurnEnder:
     """A token that ends an assistant turn, and who says so."""
 
@@ -90,7 +91,7 @@ class TurnEnder:
     reasons: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class ShouldHaveStopped:
     id: int
     text: str | None
@@ -99,7 +100,7 @@ class ShouldHaveStopped:
     offset: int | None = None  # where its text starts in the generated text
 
 
-@dataclass(frozen=True)
+@record
 class Counterfactual:
     """With `stop_ids`, generation would have ended at `step` (finish_reason stop), saving `wasted` tokens."""
 
@@ -108,7 +109,7 @@ class Counterfactual:
     wasted: int
 
 
-@dataclass(frozen=True)
+@record
 class HallucinatedTurn:
     step: int | None
     role: str
@@ -117,7 +118,7 @@ class HallucinatedTurn:
     source: str  # "template header" | "role word on its own line" | "transcript labels" | "role label"
 
 
-@dataclass(frozen=True)
+@record
 class StopStringLeft:
     """A stop string the request asked for, yet in the returned text: the server did not cut there."""
 
@@ -125,7 +126,7 @@ class StopStringLeft:
     offset: int
 
 
-@dataclass(frozen=True)
+@record
 class Diagnosis:
     should_have_stopped: ShouldHaveStopped | None
     counterfactual: Counterfactual | None
@@ -391,7 +392,7 @@ def headline_turn(turns: Sequence[HallucinatedTurn], weak_allowed: bool) -> Hall
 NEVER_STOPS = 1e-4
 
 
-@dataclass(frozen=True)
+@record
 class EndOfTurnOdds:
     """The highest P(end-of-turn) the model gave during a generation, and at which step."""
 

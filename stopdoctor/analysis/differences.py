@@ -7,12 +7,12 @@ Imports: analysis.core.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Difference:
     aspect: str  # template | end_of_turn | stop_ids | declared | special_tokens | sampling | tokenization
     what: str  # the runtime, role, key or probe it is about

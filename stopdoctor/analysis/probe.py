@@ -13,8 +13,9 @@ Imports only the standard library; the tokenizer (a `tokenizers.Tokenizer`) is p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from stopdoctor.core.records import record
 
 if TYPE_CHECKING:
     import tokenizers
@@ -39,7 +40,7 @@ EXCERPT_RADIUS = 30
 MAX_FALSE_POSITIVES = 10_000  # matches listed per stop string
 
 
-@dataclass(frozen=True)
+@record
 class ContextProbe:
     """How a stop string tokenizes right after `context`.
 
@@ -57,7 +58,7 @@ class ContextProbe:
     merged_prefix: str
 
 
-@dataclass(frozen=True)
+@record
 class FalsePositive:
     """The stop string occurs in an ordinary answer: generation would have been cut there."""
 
@@ -66,7 +67,7 @@ class FalsePositive:
     offset: int
 
 
-@dataclass(frozen=True)
+@record
 class StopProbe:
     stop: str
     standalone_ids: list[int]

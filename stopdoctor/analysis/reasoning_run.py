@@ -15,11 +15,11 @@ Imports: analysis.diagnose (the generation data classes), analysis.repetition, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Generation
 from stopdoctor.analysis.repetition import REPETITION_THRESHOLD, repeated_share
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.template.reasoning import ReasoningStructure, Variant
 
 THINKING_MODES = ("on", "off", "both")
@@ -28,7 +28,7 @@ THINKING_MODES = ("on", "off", "both")
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
-@dataclass(frozen=True)
+@record
 class ThinkingCall:
     """How the prompt is rendered for a thinking mode: `variant` is the template call (its extra
     variables, or a flag in the system message); `mode` "on", "off" or "default"."""
@@ -75,7 +75,7 @@ def thinking_calls(reasoning: ReasoningStructure, thinking: str | None) -> list[
     return calls
 
 
-@dataclass(frozen=True)
+@record
 class ReasoningOutcome:
     """JSON `reasoning`: `closed` (None when no thought was written, e.g. thinking off),
     `thought_tokens` (generated tokens before the close marker; None when not known),

@@ -12,8 +12,8 @@ Imports: the standard library, `stopdoctor.template.reasoning` (the structure, a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.template.reasoning import ReasoningStructure
 
 EXCERPT_RADIUS = 30
@@ -40,7 +40,7 @@ SAMPLE_THOUGHTS: list[tuple[str, str]] = [
 ]
 
 
-@dataclass(frozen=True)
+@record
 class ThoughtMatch:
     """Where a stop string occurs in a sample thought: generation would end there, in the thought."""
 
@@ -50,7 +50,7 @@ class ThoughtMatch:
     at_close: bool  # it is the close marker itself (an empty answer, not a cut thought)
 
 
-@dataclass(frozen=True)
+@record
 class ThoughtProbe:
     """One stop string against the sample thoughts of a reasoning template."""
 

@@ -8,8 +8,8 @@ Imports: model, facts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.core.types import Location
 
@@ -23,14 +23,14 @@ NON_CHAT_ARCH = re.compile(r"RewardModel|ForSequenceClassification|ForTokenClass
 TURN_END_EOS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|eom_id|>")
 
 
-@dataclass(frozen=True)
+@record
 class Evidence:
     clue: str
     weight: int
     location: Location | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     kind: str  # base | instruct | unknown
     evidence: tuple[Evidence, ...]

@@ -7,12 +7,13 @@ Plain data; imports core.types and core.errors only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, StopdoctorError, shorten
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 
 
@@ -33,7 +34,7 @@ class Severity(IntEnum):
             raise ValueError(f"unknown severity {text!r} (use info, warning or error)") from None
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     code: str
     name: str
@@ -45,7 +46,7 @@ class Finding:
     baseline: bool = False  # listed in `check --baseline FILE`: accepted, still shown, never fails the gate
 
 
-@dataclass(frozen=True)
+@record
 class Subject:
     """One thing a command judged (a model, a dataset, a set of logs) and its findings, each with
     its location already resolved (file, key, line). `files` maps the subject's own file names to
@@ -72,7 +73,7 @@ class Subject:
         return self.error.message if target in self.error.message else f"{target}: {self.error.message}"
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     """What every command hands its reporters: the subjects it judged, the severity that fails,
     and each rule's level after configuration. One exit-code function for all commands."""

@@ -5,14 +5,16 @@ Frozen dataclasses only; imports nothing from the rest of the package.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from stopdoctor.core.records import record
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record
 class Location:
     """Where a value was declared: a file (name relative to the model root, or a path), a key in
     it, and the key's 1-based line when the file is text (resolved by `facts`, where the file is read)."""
@@ -27,7 +29,7 @@ class Location:
         return f"{self.file}:{self.line}" if self.line else self.file
 
 
-@dataclass(frozen=True)
+@record
 class Sourced(Generic[T]):
     """A value together with the place that declared it."""
 
@@ -35,14 +37,14 @@ class Sourced(Generic[T]):
     location: Location
 
 
-@dataclass(frozen=True)
+@record
 class Token:
     id: int
     text: str
     special: bool
 
 
-@dataclass(frozen=True)
+@record
 class ChatTemplate:
     """One chat template; `name` is "default" unless the model ships named templates."""
 
@@ -51,7 +53,7 @@ class ChatTemplate:
     location: Location
 
 
-@dataclass(frozen=True)
+@record
 class ModelSource:
     """A model spec resolved into local files. `files` maps a file name to its local path."""
 
@@ -70,7 +72,7 @@ def a_kind(kind: str) -> str:
     return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} model"
 
 
-@dataclass(frozen=True)
+@record
 class Expectation:
     """What a project asserts about one model; `declared_in` is where a failure should point
     (the config file and its key) when the model's own files are not the thing to fix."""

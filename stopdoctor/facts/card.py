@@ -6,11 +6,11 @@ Imports: core, facts.model_facts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from stopdoctor.core.errors import StopdoctorError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location, Sourced
 from stopdoctor.facts.model_facts import ModelFacts, load_text
 
@@ -29,7 +29,7 @@ _THINKING = re.compile(r"thinking|reasoning", re.IGNORECASE)
 _RECOMMENDS = re.compile(r"recommend|suggest|adequate", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record
 class CardLength:
     """One output length a card states: its value, line, the mode its sentence names
     ("thinking", "non-thinking" or None), whether the sentence is about benchmarking and whether

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError, require_file
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Example:
     """One row of a dataset, and which of the three row kinds it is."""
 

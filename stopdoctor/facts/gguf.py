@@ -21,12 +21,13 @@ import stat
 import struct
 from array import array as int_array  # `array` is also a _Parser method
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Token
 from stopdoctor.facts.gguf_strings import LazyStrings, decode_strings, walk_strings
 from stopdoctor.facts.gguf_constants import FIXED_TYPES, GGUF_MAGIC, SUPPORTED_VERSIONS, TYPE_SIZES, GGUFValueType, Keys, TokenType
@@ -47,7 +48,7 @@ _EAGER_STRINGS = 256  # string arrays up to this many items are decoded at once,
 __all__ = ["GGUFHeader", "GGUFTensor", "GGUFValueType", "LazyStrings", "read_header"]
 
 
-@dataclass(frozen=True)
+@record
 class NumericArray:
     """Where a numeric array lies in the mapped header: read as a zero-copy numpy view on first use."""
 
@@ -106,7 +107,7 @@ class Metadata(Mapping[str, Any]):
         return value if isinstance(value, NumericArray) else None
 
 
-@dataclass(frozen=True)
+@record
 class GGUFTensor:
     """One entry of the tensor table: `shape` as GGUF lists it (the row length first), `start` the
     absolute byte where its data begins (already checked to lie inside the file)."""
@@ -117,7 +118,7 @@ class GGUFTensor:
     start: int
 
 
-@dataclass(frozen=True)
+@record
 class GGUFHeader:
     """A GGUF file's header. `metadata` holds every key: scalars as Python values, numeric arrays as
     (read-only, zero-copy) numpy arrays, string arrays as list[str] or a `LazyStrings`. `tensors`

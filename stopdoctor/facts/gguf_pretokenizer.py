@@ -21,8 +21,9 @@ Imports: tokenizers, lazily.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from stopdoctor.core.records import record
 
 if TYPE_CHECKING:
     import tokenizers
@@ -37,7 +38,7 @@ _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-@dataclass(frozen=True)
+@record
 class PreTokenizer:
     """One llama.cpp pre-tokenizer type: its expressions, and whether a piece that is itself in the
     vocabulary is taken whole before merges (`ignore_merges`)."""

@@ -34,16 +34,16 @@ import unicodedata
 import urllib.error
 import urllib.request
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 
 READ_SIZE = 64 * 1024
 
 
-@dataclass(frozen=True)
+@record
 class Limits:
     """Bounds of one transfer. `seconds`: the whole transfer (connect, headers, body), however
     slowly the server drips; `max_bytes`: the body (a stream's events together); `max_line`: one
@@ -74,7 +74,7 @@ class ServerRejected(InputError):
         self.detail = detail
 
 
-@dataclass(frozen=True)
+@record
 class Reply:
     """One whole answer, whatever its status. `data` is the JSON document, None when the body is
     not JSON; an error status's body is only its first `Limits.max_error_bytes`."""

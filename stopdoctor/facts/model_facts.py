@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import ChatTemplate, Location, ModelSource, Sourced
 from stopdoctor.facts.lines import MAX_TEXT_CHARS, json_key_lines, key_line
 from stopdoctor.facts.resolve import resolve
@@ -51,7 +52,7 @@ GGUF_SAMPLING_KEYS = {"general.sampling.temp": "temperature", "general.sampling.
 NESTED_TEXT_CONFIGS = ("text_config", "decoder", "generator", "language_config", "llm_config", "language")
 
 
-@dataclass(frozen=True)
+@record
 class DeclaredId:
     """One declaration of a special id: `role` (eos, bos, pad, unk, eot, eom), the id (None when a
     token text could not be mapped to an id), the token text when known, and where it was declared."""

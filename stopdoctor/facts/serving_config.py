@@ -5,10 +5,11 @@ Imports core and facts.lines only (the parsers in facts.serving and facts.servin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.facts.lines import key_line
 
@@ -16,7 +17,7 @@ from stopdoctor.facts.lines import key_line
 REQUEST = "request"  # the kind of an OpenAI-compatible request body: no engine, its own stop fields
 
 
-@dataclass(frozen=True)
+@record
 class Setting:
     """One value from the serving file, with the key (flag, PARAMETER, JSON key) that set it."""
 
@@ -25,7 +26,7 @@ class Setting:
     line: int | None = None  # where the parser read it, when the parser knows (Modelfile commands)
 
 
-@dataclass(frozen=True)
+@record
 class ServingConfig:
     kind: str  # an engine's serving kind (vllm, ollama, llamacpp, sglang, ...) or REQUEST
     path: Path

@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.serving_config import ServingConfig, Setting
 
 
-@dataclass(frozen=True)
+@record
 class CommandSyntax:
     """How one engine's server command line names its model and its default budget (the engine
     module in `runtimes/engines/` fills it in and cites where it read it)."""
@@ -34,7 +34,7 @@ class CommandSyntax:
     model_after: tuple[tuple[str, ...], ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class FileSignature:
     """How a serving file of one engine is told when no --kind is given (the engine module fills it
     in): by its name, by content of its own format, or, last, by a mention of the engine."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from stopdoctor.core.records import record
 from stopdoctor.core.types import ChatTemplate
 from stopdoctor.facts.model_facts import ModelFacts
 
@@ -32,7 +33,7 @@ CAUSES = (NO_GENERATION_MARKERS, OUTSIDE_GENERATION, OUTSIDE_COMPLETION, NOT_AN_
           PAD_MASKED, TRUNCATED, ABSENT, SPLIT)
 
 
-@dataclass(frozen=True)
+@record
 class LabelSettings:
     collator: str = "auto"
     max_length: int | None = None
@@ -62,7 +63,7 @@ class LabelSettings:
         return None if self.packing in ("bfd_split", "wrapped") else self.max_length
 
 
-@dataclass(frozen=True)
+@record
 class Span:
     """One assistant turn (or a whole text / completion) and its end token."""
 
@@ -74,7 +75,7 @@ class Span:
     cause: str | None
 
 
-@dataclass(frozen=True)
+@record
 class LabelledExample:
     """One example's verdict. `text`, `ids`, `trained` and `offsets` are kept for the first
     `LabelSettings.tokenize_first` examples (all when None: the ones `--show` prints); beyond

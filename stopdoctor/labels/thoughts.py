@@ -12,13 +12,13 @@ Imports: template.reasoning (the structure, as data), labels.prepare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.template.reasoning import ReasoningStructure
 from stopdoctor.labels.prepare import PreparedExample
 
 
-@dataclass(frozen=True)
+@record
 class ThoughtVerdict:
     thoughts: int  # thoughts in the rendered example
     close_untrained: int  # thoughts whose text is trained but whose close marker is masked

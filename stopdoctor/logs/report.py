@@ -7,7 +7,9 @@ Imports: nothing from stopdoctor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from stopdoctor.core.records import record
 
 # --------------------------------------------------------------------------------------------
 # The report
@@ -25,7 +27,7 @@ PROBLEMS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Example:
     file: str
     line: int
@@ -36,7 +38,7 @@ class Example:
     native_finish_reason: str | None = None  # as the provider logged it
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     key: str
     description: str
@@ -46,7 +48,7 @@ class Problem:
     by_model: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class LogsSettings:
     overrides: Mapping[str, str] = field(default_factory=dict)
     max_length_share: float = 0.05  # SD701 budget-truncation-rate
@@ -54,7 +56,7 @@ class LogsSettings:
     examples: int = 5
 
 
-@dataclass(frozen=True)
+@record
 class TokenHistogram:
     """Output tokens of one model at one max_tokens: `bins[i]` counts answers with
     i/BINS <= tokens/max_tokens < (i+1)/BINS; `at_budget` those at (or over) the budget."""
@@ -66,7 +68,7 @@ class TokenHistogram:
     total: int
 
 
-@dataclass(frozen=True)
+@record
 class Timeline:
     """Finish reasons per time bucket (UTC): ((bucket start ISO, {finish: count}), ...)."""
 
@@ -74,7 +76,7 @@ class Timeline:
     rows: tuple[tuple[str, dict[str, int]], ...]
 
 
-@dataclass(frozen=True)
+@record
 class Charts:
     histograms: tuple[TokenHistogram, ...]
     timeline: Timeline | None
@@ -84,7 +86,7 @@ class Charts:
 HISTOGRAM_BINS = 20
 
 
-@dataclass(frozen=True)
+@record
 class LogsSummary:
     files: tuple[str, ...]
     vocabulary: str

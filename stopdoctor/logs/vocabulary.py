@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from stopdoctor.analysis.diagnose import TurnEnder
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class TurnVocabulary:
     """What marks a next turn in text: per template family, the user/system headers and the
     special tokens (to strip, as servers do); and the end-of-turn token texts."""

@@ -8,14 +8,15 @@ Imports: core, and the format modules (each lazily: only the one asked for loads
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from stopdoctor.core.errors import InputError
 from stopdoctor.core.findings import Report
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Options:
     """How to render: the folder SARIF/JUnit/GitHub paths are relative to, colour and width for
     people, --exit-zero (written into the check JSON), how many labelled examples to show, and the

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.rules.registry import Rule
 from stopdoctor.rules.runner import REGISTRY
 
@@ -33,7 +33,7 @@ TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 SECTIONS = ("What it checks", "Why it matters", "Example", "Fix", "How the runtimes decide (source)")
 
 
-@dataclass(frozen=True)
+@record
 class FixtureCase:
     """One of a rule's fixtures (`tests/rules/<CODE>/<which>/case.toml`): what it holds and its command."""
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stopdoctor import __version__
+from stopdoctor.core.records import record
 from stopdoctor.rules.runner import REGISTRY
 from stopdoctor.rules.registry import Rule
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
@@ -25,7 +25,7 @@ LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "n
 INFORMATION_URI = "https://pypi.org/project/stopdoctor/"
 
 
-@dataclass(frozen=True)
+@record
 class Place:
     """Where a finding sends the reader: a file (absolute), and a line when one was found."""
 

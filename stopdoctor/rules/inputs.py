@@ -6,10 +6,10 @@ Plain frozen dataclasses; imports analysis and the action results they wrap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Expectation
 from stopdoctor.facts.serving import ServingConfig
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the commands that build these import them; `inspect` need n
 ModelInput = Analysis
 
 
-@dataclass(frozen=True)
+@record
 class ServingInput:
     """A model and one serving configuration deployed with it (SD4xx)."""
 
@@ -31,7 +31,7 @@ class ServingInput:
     serving: ServingConfig
 
 
-@dataclass(frozen=True)
+@record
 class ExpectationInput:
     """A model and what the project's configuration asserts about it (SD5xx)."""
 
@@ -39,7 +39,7 @@ class ExpectationInput:
     expectation: Expectation
 
 
-@dataclass(frozen=True)
+@record
 class LabelsInput:
     """A model and the training labels built from a dataset for it (SD6xx)."""
 
@@ -47,14 +47,14 @@ class LabelsInput:
     labels: DatasetLabels
 
 
-@dataclass(frozen=True)
+@record
 class LogsInput:
     """Response logs, read with or without a model (SD7xx)."""
 
     logs: LogsSummary
 
 
-@dataclass(frozen=True)
+@record
 class WeightsInput:
     """A model and the rows of its embedding and output matrices that matter for stopping (SD8xx)."""
 
@@ -62,7 +62,7 @@ class WeightsInput:
     weights: WeightsReport
 
 
-@dataclass(frozen=True)
+@record
 class ComparisonInput:
     """A model and the original it was converted, quantized or re-uploaded from (`inspect --against`)."""
 

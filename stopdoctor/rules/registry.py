@@ -14,10 +14,10 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.core.findings import Finding, Severity
 
@@ -25,7 +25,7 @@ from stopdoctor.core.findings import Finding, Severity
 RuleFunction = Callable[[Any, "Rule"], Iterable[Finding]]
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     code: str
     name: str

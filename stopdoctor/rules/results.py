@@ -6,11 +6,11 @@ Plain frozen dataclasses; imports facts, analysis and runtimes as data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.findings import Finding
+from stopdoctor.core.records import record
 from stopdoctor.core.types import ModelSource
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.stops import primary_runtime
@@ -19,7 +19,7 @@ from stopdoctor.runtimes.stops import primary_runtime
 EXPECTED_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json")
 
 
-@dataclass(frozen=True)
+@record
 class InspectResult:
     source: ModelSource
     facts: ModelFacts
@@ -43,13 +43,13 @@ class InspectResult:
         return primary_runtime(self.facts)
 
 
-@dataclass(frozen=True)
+@record
 class LogsResult:
     report: Any  # stopdoctor.logs.report.LogsSummary: what the query counted
     findings: list[Finding]
 
 
-@dataclass(frozen=True)
+@record
 class LabelsResult:
     source: ModelSource
     facts: ModelFacts

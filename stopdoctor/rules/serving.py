@@ -10,11 +10,11 @@ llama.cpp `src/llama-chat.cpp`; Ollama `runner/llamarunner/runner.go`, `model/mo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Severity
+from stopdoctor.core.records import record
 from stopdoctor.facts.serving import ServingConfig
 from stopdoctor.rules.configured_stops import inside_turn  # SD420 owns a stop inside the turn
 from stopdoctor.rules.inputs import ServingInput
@@ -110,7 +110,7 @@ def serving_drops_end_of_turn(subject: ServingInput, self: Rule):
         yield self.finding(miss.message, miss.fix, serving.location(miss.key), severity=miss.severity, **miss.evidence)
 
 
-@dataclass(frozen=True)
+@record
 class _Miss:
     """An end-of-turn marker the server, as configured, does not stop on (SD401's finding)."""
 

@@ -15,11 +15,11 @@ Imports: core, rules (the registry: SD501); actions' results as types only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import StopdoctorError
 from stopdoctor.core.findings import Finding, Report, Severity, Subject
+from stopdoctor.core.records import record
 from stopdoctor.core.types import MODEL_KINDS, Expectation, a_kind
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def verdict(code: str, message: str, severity: Severity = Severity.ERROR, eviden
 # --- generate --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class GenerationRun:
     """One generation, the fix line for the token that should have stopped it, and the stop evidence
     measured when it went to the budget."""
@@ -51,7 +51,7 @@ class GenerationRun:
     evidence: StopEvidence | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GenerationRuns:
     """`generate`'s result: its runs (two with `--thinking both`) and the runs that could not run
     (thinking mode, error)."""
@@ -152,7 +152,7 @@ def probe_stop_report(spec: str, probe: ProbeReport, fail_on_miss: bool = False)
 # --- fix -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class FixOutcome:
     """`fix`'s result: the plan, whether it was written, and the findings `check` fails on that no
     edit removes (after a write: what `check` says of the written files)."""
@@ -181,7 +181,7 @@ def render_report(spec: str, result: RenderResult) -> Report:
     return Report("render", [Subject(spec, result=result)])
 
 
-@dataclass(frozen=True)
+@record
 class RuleListing:
     """`rules`: every rule, or the one asked for (`detail`: its whole doc)."""
 

@@ -8,14 +8,14 @@ Imports: runtimes.engines, runtimes.engine_stops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.runtimes.engine_stops import ENGINES
 from stopdoctor.runtimes.engines import engine as registered
 from stopdoctor.runtimes.engines.engine import HiddenDefault
 
 
-@dataclass(frozen=True)
+@record
 class EngineExpectation:
     engine: str | None  # the tables' name, None when the server could not be told
     version: str | None  # what the server says it is

@@ -38,8 +38,8 @@ Imports: core, facts, runtimes.engines.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import GGUF_SAMPLING_KEYS, ModelFacts
 from stopdoctor.facts.serving_config import REQUEST, ServingConfig
@@ -62,7 +62,7 @@ RUNTIME_DEFAULTS: dict[str, tuple[dict[str, object], str]] = {
 SAMPLING_RUNTIMES = tuple(RUNTIME_DEFAULTS)
 
 
-@dataclass(frozen=True)
+@record
 class SampledValue:
     key: str  # one of KEYS
     value: object  # None: the runtime does not have this sampler
@@ -71,7 +71,7 @@ class SampledValue:
     default: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class RuntimeSampling:
     runtime: str
     values: tuple[SampledValue, ...]

@@ -25,8 +25,8 @@ Imports: model, facts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from stopdoctor.core.records import record
 from stopdoctor.facts.gguf_special import EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_EOG_ROLES, FIM_TEXTS, control_by_text
 from stopdoctor.facts.model_facts import ROLES, DeclaredId, ModelFacts
 from stopdoctor.core.types import Location
@@ -101,14 +101,14 @@ def converter_turn_ids(facts: ModelFacts) -> dict[str, list[StopId]]:
 LLAMA_CPP_DEFAULT_EOS = {"llama": 2, "gpt2": 11, "t5": 1, "plamo2": 2}
 
 
-@dataclass(frozen=True)
+@record
 class StopId:
     id: int
     text: str | None
     location: Location
 
 
-@dataclass(frozen=True)
+@record
 class RuntimeStops:
     """The one stop-set type: what a runtime stops on, and what a `generate` run stops on.
     `runtime` names whose set it is ("transformers", "vllm", a request's, or generate's own

@@ -29,13 +29,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.core.errors import TemplateError
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class RenderLimits:
     """How much a chat template may do before it is refused."""
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from stopdoctor.core.errors import TemplateError
+from stopdoctor.core.records import record
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.render import render_chat
 from stopdoctor.template.tag_scan import MAX_KNOWN_CHARS as _MAX_KNOWN_CHARS
@@ -58,7 +59,7 @@ _PLAIN_MARKER_WORD = re.compile(r"FINAL|RESPONSE|ANSWER")
 _PROSE_OPENER = re.compile(r"(?:think|thought|reason)[^\n<>\[\]]{0,60}:\s*$", re.I)
 
 
-@dataclass(frozen=True)
+@record
 class Variant:
     """One way of calling the template: extra variables, and a flag written in the system message."""
 
@@ -75,7 +76,7 @@ def _show(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-@dataclass(frozen=True)
+@record
 class ReasoningStructure:
     """What a template writes around a thought; see `analyze_reasoning`. Public JSON names:
     style, open, close, prefilled, can_disable, history_stripped (stop_ids_needed is mapped from

@@ -21,10 +21,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from stopdoctor.core.errors import InputError, TemplateError
+from stopdoctor.core.records import record
 from stopdoctor.template.limits import (
     LimitExceeded,
     RenderLimits,
@@ -152,7 +153,7 @@ def _convert(exc: BaseException) -> TemplateError:
     )
 
 
-@dataclass(frozen=True)
+@record
 class CompiledTemplate:
     """A parsed, instrumented chat template. Render it with `render_chat` (or `.render`)."""
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import jinja2
 from jinja2 import nodes
 
+from stopdoctor.core.records import record
 from stopdoctor.template.environment import sandbox_environment
 from stopdoctor.template.limits import RenderLimits
 from stopdoctor.template.pieces import split_pieces
@@ -40,7 +40,7 @@ _CONTENT, _OTHER = object(), object()
 _CONTENT_NAME = re.compile(r"(?:(?:message|msg|final|answer|text|last)_?)?content")  # atoms of a flattened output: content, anything unknown
 
 
-@dataclass(frozen=True)
+@record
 class StaticClose:
     """The close read from a template's source: the marker that ends assistant turns, the whole
     literal text that follows the content, and whether it is written only under a condition."""
@@ -79,7 +79,7 @@ def _read(source: str, special_tokens: Mapping[str, str] | None, known: Iterable
                    reason)
 
 
-@dataclass(frozen=True)
+@record
 class _Candidate:
     text: str  # literal text written right after content
     conditional: bool

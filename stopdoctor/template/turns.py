@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from stopdoctor.core.errors import TemplateError
+from stopdoctor.core.records import field, record
 from stopdoctor.template.limits import RenderLimits, TemplateLimitError, overall_deadline_passed
 from stopdoctor.template.pieces import between, common_prefix, common_suffix, cut_at_opener, first_special, split_pieces
 from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
@@ -21,7 +21,7 @@ from stopdoctor.template.render import TemplateIgnoresMessages, render_chat
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class EndOfTurnMarker:
     """What ends an assistant turn: usually the token a template writes right after assistant
     content; for templates with no closing token, the header of the turn that follows."""
@@ -41,7 +41,7 @@ class EndOfTurnMarker:
 STYLES = ("token", "only-when-followed", "next-header", "whitespace", "none")
 
 
-@dataclass(frozen=True)
+@record
 class TurnStructure:
     """Everything learnt about a template's turns; see `analyze_turns`."""
 
@@ -87,7 +87,7 @@ _SAMPLE_TOOL = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class _Shape:
     """How sentinel conversations are given to a template: content as a string or as a list of
     text parts (MiniMax, many VLM templates), with no tools list, an empty one, or a sample tool.
@@ -105,7 +105,7 @@ class _Shape:
 _SHAPES = tuple(_Shape(parts, tools) for tools in (None, (), (_SAMPLE_TOOL,)) for parts in (False, True))
 
 
-@dataclass(frozen=True)
+@record
 class _Probe:
     """How one analysis renders its sentinel conversations: the template, its limits, the
     conversation shape it needs, and the variables found missing so far (rendered empty; the

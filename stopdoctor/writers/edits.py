@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 
 
-@dataclass(frozen=True)
+@record
 class FileEdit:
     path: Path  # the file to write
     label: str  # the name shown in the diff
@@ -37,7 +38,7 @@ class FileEdit:
         return "".join(out)
 
 
-@dataclass(frozen=True)
+@record
 class FixPlan:
     edits: tuple[FileEdit, ...]
     notes: tuple[str, ...]  # defects found that have no safe mechanical fix

@@ -19,9 +19,9 @@ import errno
 import os
 import shutil
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
+from stopdoctor.core.records import record
 from stopdoctor.writers.edits import refuse_linked, replace_with, stage_with
 from stopdoctor.core.errors import InputError
 from stopdoctor.facts.gguf import GGUFValueType
@@ -35,7 +35,7 @@ _FIXED_SIZES: dict[int, int] = {**{t: struct.calcsize(f) for t, f in _INT_TYPES.
 COPY_CHUNK = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@record
 class MetadataLayout:
     """Where things are in a GGUF file: each key's value type and byte span, the tensor table's
     span, and where the data section starts."""
@@ -123,7 +123,7 @@ def read_layout(path: Path) -> MetadataLayout:
     return MetadataLayout(version, tensor_count, kv_count, values, kv_end, table_end, alignment, data_start, size)
 
 
-@dataclass(frozen=True)
+@record
 class GgufKeyEdit:
     """Set one integer metadata key of a GGUF file. Shown as a two-line diff of that key."""
 

@@ -10,13 +10,13 @@ analysis (Analysis, the generation data classes). Never torch or transformers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.analysis.diagnose import Generation, StopCause
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.runtimes.engine_stops import ENGINES
@@ -26,7 +26,7 @@ from stopdoctor.template.render import render_chat
 USER_STOP = Location("--stop-id")
 
 
-@dataclass(frozen=True)
+@record
 class Sampling:
     """Greedy when temperature is 0 (the default), as every runtime's temperature=0 is."""
 
@@ -67,7 +67,7 @@ def check_budget(max_new_tokens: int, fragment: bool = False) -> None:
                          hint="an instruct model needs room to finish its answer before the verdict means anything")
 
 
-@dataclass(frozen=True)
+@record
 class Prompt:
     text: str
     ids: tuple[int, ...]
@@ -77,7 +77,7 @@ class Prompt:
     thinking: str = "default"  # the thinking mode the prompt was rendered for: "on", "off" or "default"
 
 
-@dataclass(frozen=True)
+@record
 class GenerateRequest:
     """One generation as asked: what the result of `run_generate` says it was given."""
 

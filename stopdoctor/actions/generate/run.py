@@ -9,20 +9,20 @@ Imports: core, facts, analysis, runtimes, actions.generate.request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.analysis.core import Analysis, analyze
 from stopdoctor.analysis.reasoning_run import reasoning_outcome
 from stopdoctor.analysis.diagnose import FINISH_STOP, Diagnosis, Generation, TurnEnder, diagnose, turn_enders, turn_headers
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import Location
 from stopdoctor.facts.model_facts import ModelFacts, load_model
 from stopdoctor.runtimes.stops import RuntimeStops, StopId
 from stopdoctor.actions.generate.request import Engine, GenerateRequest, Prompt, Sampling, build_prompt
 
 
-@dataclass(frozen=True)
+@record
 class GenerateResult:
     """One generation, its diagnosis, and the request it answered (prompt, stop set, budget,
     sampling), so that a report needs nothing else to say what was asked."""
@@ -37,7 +37,7 @@ class GenerateResult:
     reasoning: Any = None  # stopdoctor.analysis.reasoning_run.ReasoningOutcome on a reasoning template
 
 
-@dataclass(frozen=True)
+@record
 class ModelContext:
     """A model's facts and their analysis: what every generation is built and diagnosed from."""
 
@@ -83,7 +83,7 @@ FRAGMENT = "The old lighthouse keeper climbed the stairs and"
 QUESTION = "What is the capital of France?"
 
 
-@dataclass(frozen=True)
+@record
 class FragmentProbe:
     name: str  # "raw fragment" | "chat question"
     prompt: str
@@ -91,7 +91,7 @@ class FragmentProbe:
     ended_turn: bool  # it emitted a turn-ending token within the budget
 
 
-@dataclass(frozen=True)
+@record
 class FragmentVerdict:
     verdict: str  # instruct | base | unclear
     reason: str

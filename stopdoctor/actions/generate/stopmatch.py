@@ -11,8 +11,9 @@ Imports only the standard library; the tokenizer is passed in (a `tokenizers.Tok
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from stopdoctor.core.records import record
 
 if TYPE_CHECKING:
     import tokenizers
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 REPLACEMENT_CHAR = "\ufffd"
 
 
-@dataclass(frozen=True)
+@record
 class StopHit:
     """A stop string completed in the generated text.
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.http_client import Limits, parse_answer, stream_events
 
 MAX_STREAM_BYTES = 16 * 1024 * 1024
@@ -41,7 +42,7 @@ class StreamCapture:
         return "".join(self.chunks)
 
 
-@dataclass(frozen=True)
+@record
 class StreamIssue:
     kind: str
     detail: str

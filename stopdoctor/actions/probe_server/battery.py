@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.actions.probe_server import server_probes as s
@@ -24,13 +23,14 @@ from stopdoctor.actions.probe_server.probe import FAIL, SKIP, Outcome, ProbeCont
 from stopdoctor.actions.probe_server.http import Bounds, BoundedHttp, Transport
 from stopdoctor.actions.probe_server.identify import ServerIdentity, identify
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.http_client import Reply, ServerBroken
 from stopdoctor.runtimes.expected import EngineExpectation, expected_of
 
 BROKEN_LIMIT = 2
 
 
-@dataclass(frozen=True)
+@record
 class ServerProbeReport:
     url: str
     identity: ServerIdentity
@@ -47,7 +47,7 @@ class ServerProbeReport:
         return next(p for p in self.probes if p.name == name)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """How hard to probe: the bounds of one request and of the whole battery."""
 
@@ -80,7 +80,7 @@ class Metered:
         return self.inner.stream(path, body)
 
 
-@dataclass(frozen=True)
+@record
 class Probe:
     name: str
     run: Callable[[ProbeContext], Outcome]

@@ -6,10 +6,10 @@ Imports: core, facts.http_client, actions.probe_server.http.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
+from stopdoctor.core.records import record
 from stopdoctor.facts.http_client import ServerBroken, ServerRejected, parse_json
 
 CHAT = "/v1/chat/completions"
@@ -39,7 +39,7 @@ def _reasoning(holder: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
-@dataclass(frozen=True)
+@record
 class Answer:
     """A whole (not streamed) answer: `text` is the content (chat) or text (completions)."""
 
@@ -75,7 +75,7 @@ class Answer:
         return document
 
 
-@dataclass(frozen=True)
+@record
 class Streamed:
     """A streamed answer reassembled: the content of each chunk, the thought, the chunk that carried
     the finish reason, what came after it, usage, `[DONE]`, and whether the client stopped reading."""

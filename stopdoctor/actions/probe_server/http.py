@@ -11,15 +11,15 @@ Imports: core, facts.http_client.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.http_client import Limits, Reply, ServerBroken, ServerRejected, request, stream_events
 
 
-@dataclass(frozen=True)
+@record
 class Bounds:
     """What one request may cost. `request_s` covers connect, headers and the whole body."""
 

@@ -9,10 +9,11 @@ Imports: core, facts.http_client, runtimes.engines, actions.probe_server.http.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from stopdoctor.actions.probe_server.http import Transport
+from stopdoctor.core.records import record
 from stopdoctor.facts.http_client import Reply, ServerBroken
 from stopdoctor.runtimes.engines import registered
 from stopdoctor.runtimes.engines import engines
@@ -22,7 +23,7 @@ from stopdoctor.runtimes.engines import engines
 OWNERS = {owner: e.name for e in engines() for owner in e.owned_by}
 
 
-@dataclass(frozen=True)
+@record
 class ServerIdentity:
     engine: str | None = None
     version: str | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from stopdoctor.actions.probe_server.client import Answer, ServerClient, Streamed
 from stopdoctor.actions.probe_server.identify import ServerIdentity
+from stopdoctor.core.records import record
 from stopdoctor.runtimes.expected import EngineExpectation
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -20,7 +21,7 @@ STATUSES = (PASS, FAIL, WARN, SKIP)
 Outcome = tuple[str, str, dict[str, Any]]  # (status, one-line summary, figures)
 
 
-@dataclass(frozen=True)
+@record
 class ProbeResult:
     name: str
     status: str  # pass | fail | warn | skip

@@ -10,15 +10,16 @@ Imports: core, facts (the model's facts and the parsed serving file, as types), 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from stopdoctor.core.records import record
 from stopdoctor.facts.model_facts import ModelFacts
 from stopdoctor.facts.serving_config import ServingConfig
 from stopdoctor.facts.serving_engines import CommandSyntax, FileSignature
 from stopdoctor.runtimes.stops import RuntimeStops, StopId
 
 
-@dataclass(frozen=True)
+@record
 class HiddenDefault:
     runtime: str
     version: str  # the version whose source was read
@@ -29,7 +30,7 @@ class HiddenDefault:
     source: str  # file and function
 
 
-@dataclass(frozen=True)
+@record
 class SamplingDefaults:
     """The sampler values the engine uses when neither the model's files nor the request set them
     (None: the engine does not have that sampler)."""
@@ -38,7 +39,7 @@ class SamplingDefaults:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class ReasoningParser:
     """Server reasoning parsers that read one thought framing."""
 
@@ -61,7 +62,7 @@ StopAdvice = Callable[[Sequence[tuple[str, int | None]], str | None], str | None
 StopFix = Callable[[str, ServingConfig, bool], tuple[str, str]]
 
 
-@dataclass(frozen=True)
+@record
 class ReasoningControls:
     """A server's own reasoning switches (llama.cpp's `--reasoning`, `--reasoning-budget`)."""
 
@@ -71,7 +72,7 @@ class ReasoningControls:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class Engine:
     name: str  # the name the stop sets and reports use
     listed: int  # where reports list it: the core runtimes first, in the order stopdoctor has always used
