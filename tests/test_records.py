@@ -61,11 +61,12 @@ def test_a_class_with_its_own_methods_keeps_them() -> None:
 
 
 def test_frozen_records_on_the_inspect_path_share_their_methods() -> None:
-    """Work, not seconds: no frozen dataclass the GGUF inspect imports generates its own `__eq__`."""
+    """Work, not seconds: no frozen dataclass of the modules `stopdoctor.api` and the `inspect` command
+    import generates its own `__eq__`."""
     code = (
         "import dataclasses, sys\n"
         "import stopdoctor.api, stopdoctor.cli.inspect\n"
-                "own = []\n"
+        "own = []\n"
         "for m in list(sys.modules.values()):\n"
         "    if not getattr(m, '__name__', '').startswith('stopdoctor'): continue\n"
         "    for v in vars(m).values():\n"
