@@ -160,6 +160,8 @@ class LazyStrings(Sequence[str]):
                     break
             at = signatures.rfind(wanted, 0, at + 2) if last else signatures.find(wanted, at + 1)
         self._found[key] = found
+        if found is None:  # no string is `raw`: the search the other way would scan in vain
+            self._found[(raw, not last)] = None
         return found
 
     def _signatures(self) -> bytes:
@@ -168,7 +170,10 @@ class LazyStrings(Sequence[str]):
         `map` were measured slower (each makes 262k ints). With two bytes (length, last) Gemma's
         thousands of `<unusedN>` tokens were candidates for every `<...>` text looked up."""
         if self._signature is None:
-            starts, buffer = self._starts, self._buffer
+            starts = self._starts
+            # bytes index faster than a map (~35 ns a byte against ~55); the header before the
+            # array's end is copied (the array lies in the header: 4.4 MB, 0.3 ms for Gemma)
+            buffer = self._buffer[: self._end]
             ends = starts[1:]
             ends.append(self._end)
             signature = bytearray(3 * len(starts))
