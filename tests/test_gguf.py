@@ -479,6 +479,19 @@ def test_the_byte_scan_of_token_types_finds_exactly_the_aligned_values(values) -
     assert [array.value_at(i) for i in range(len(values))] == values
 
 
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 6), max_size=80), limit=st.integers(0, 90))
+def test_token_types_below_256_are_found_from_their_low_bytes(values, limit) -> None:
+    """A real token-type array (every value below 256) is read through its low bytes, in runs: the
+    same ids as a comparison of each value, below the limit, ascending."""
+    from stopdoctor.facts.gguf import NumericArray, _ids_of_small
+
+    data = struct.pack(f"<{len(values)}i", *values)
+    assert _ids_of_small(data, (3, 4)) == [i for i, v in enumerate(values) if v in (3, 4)]
+    array = NumericArray(data, "<i4", len(values), 0)
+    assert array.ids_of((4, 3), limit) == [i for i, v in enumerate(values[:limit]) if v in (3, 4)]
+
+
 @settings(max_examples=100, deadline=None)
 @given(strings=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "\x00", "a\x00\x00\x00\x00\x00\x00\x00b", "é", "<|end|>"]),
                         min_size=1, max_size=40),

@@ -7,20 +7,16 @@ Heavy modules are imported inside commands so that `stopdoctor --help` stays fas
 
 from __future__ import annotations
 
-import os
 import sys
 
 from stopdoctor.cli import check, diff, fix, generate, inspect, labels, logs, probe, probe_server, render, stop_odds  # noqa: F401  registers commands
 from stopdoctor.cli.app import app
 from stopdoctor.core.errors import EXIT_CANNOT_RUN
+from stopdoctor.core.process import tune_for
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["inspect"]:
-        # numpy's OpenBLAS starts a thread a core, and they spin after each call: `inspect --weights`
-        # (a few hundred rows, one small matrix product) used ~100 ms more CPU for no gain in wall
-        # time. One thread unless the user chose; `inspect` never runs torch or starts a program.
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    tune_for(sys.argv[1:])  # again, for a caller that imported this module first (the entry points call it before)
     every_command = app.registered_commands
     app.registered_commands = commands_to_build(sys.argv[1:])
     try:

@@ -107,6 +107,15 @@ class LazyStrings(Sequence[str]):
             return self._buffer[start + 8: start + 8 + length].decode("utf-8", "replace")
         return self.to_list()[index]
 
+    def texts_at(self, indices: Sequence[int]) -> list[str]:
+        """The strings at `indices` (valid indices), decoded as `self[i]` is, without decoding the rest."""
+        if self._items is not None:
+            return [self._items[i] for i in indices]
+        starts, buffer = self._starts, self._buffer
+        begins = [starts[i] + 8 for i in indices]
+        stops = [begin + _U64.unpack_from(buffer, begin - 8)[0] for begin in begins]
+        return list(map(_DECODE, map(getitem, repeat(buffer), map(slice, begins, stops))))  # type: ignore[arg-type]
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.to_list())
 

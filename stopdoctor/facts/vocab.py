@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -437,10 +439,15 @@ def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
     # a longer type array describes no token past the list; read from the file's bytes, no numpy
     typed = header.ids_of_types((GGUF_CONTROL, GGUF_USER_DEFINED), len(tokens))
     if typed is not None:
+        # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special
+        # tokens. Gemma has 6,414 (its <unusedN>): added in C loops, decoded together.
+        texts = tokens.texts_at(typed) if hasattr(tokens, "texts_at") else [tokens[i] for i in typed]
         location = Location(header.path.name, "tokenizer.ggml.token_type")
-        for token_id in typed:
-            # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special tokens.
-            add_token(vocab, token_id, tokens[token_id], True, location)
+        deque(map(vocab.by_id.setdefault, typed, texts), maxlen=0)  # setdefault each, as `add_token`
+        deque(map(vocab.by_text.setdefault, texts, typed), maxlen=0)
+        deque(map(vocab.token_locations.setdefault, typed, repeat(location)), maxlen=0)
+        vocab.added_ids.update(typed)
+        vocab.special_ids.update(typed)
 
 
 def _all_strings(tokens: Sequence[Any]) -> bool:
