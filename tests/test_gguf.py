@@ -493,12 +493,17 @@ def test_token_types_below_256_are_found_from_their_low_bytes(values, limit) -> 
 
 
 @settings(max_examples=100, deadline=None)
-@given(strings=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "\x00", "a\x00\x00\x00\x00\x00\x00\x00b", "é", "<|end|>"]),
+@given(strings=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "\x00", "a\x00\x00\x00\x00\x00\x00\x00b", "é", "<|end|>",
+                                         "z\x03\x00\x00\x00\x00\x00\x00\x00<x>", "\x03\x00\x00\x00\x00\x00\x00\x00<y>",
+                                         "L" * 300, "<" * 255]),
                         min_size=1, max_size=40),
-       wanted=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "b", "\x00", "é", "<|end|>", "zz"]), max_size=6))
-def test_lookups_by_text_equal_a_linear_search(strings, wanted) -> None:
-    """First and last index of each text, through the two-byte signatures and the bytes compared
-    whole, as a linear search over the decoded strings finds them (repeats, empty strings, NULs)."""
+       wanted=st.lists(st.sampled_from(["", "a", "ab", "<x>", "<y>", "b", "\x00", "é", "<|end|>", "zz", "L" * 300, "<" * 255]),
+                       max_size=6),
+       last_first=st.booleans())
+def test_lookups_by_text_equal_a_linear_search(strings, wanted, last_first) -> None:
+    """First and last index of each text, found in the array's bytes, as a linear search over the
+    decoded strings finds them: repeats, empty strings, NULs, a string holding the bytes of another
+    (`z` + the length and bytes of `<x>`), texts of 255 and 300 bytes, either lookup first."""
     from stopdoctor.facts.gguf_strings import LazyStrings, walk_strings
 
     raw = [s.encode() for s in strings]
@@ -507,6 +512,8 @@ def test_lookups_by_text_equal_a_linear_search(strings, wanted) -> None:
     lazy = LazyStrings(data, starts, end, "k")
     first = {t: strings.index(t) for t in wanted if t in strings}
     last = {t: len(strings) - 1 - strings[::-1].index(t) for t in wanted if t and t in strings}
+    if last_first:
+        assert lazy.last_indices(wanted) == last
     assert lazy.first_indices(wanted) == first
     assert lazy.last_indices(wanted) == last
     assert lazy.to_list() == strings

@@ -11,6 +11,7 @@ import mmap
 import struct
 import sys
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import add, getitem, methodcaller
@@ -19,6 +20,9 @@ from typing import TypeAlias
 Buffer: TypeAlias = mmap.mmap | bytes
 _U64 = struct.Struct("<Q")
 _DECODE = methodcaller("decode", "utf-8", "replace")
+# A first byte whose table would hold more places than this is not tabled (~1 us a place to read,
+# where a whole-text search costs ~0.8 ms for Gemma's 4.4 MB)
+_TABLE_PLACES = 16_000
 
 
 def walk_strings(buffer: Buffer, pos: int, count: int, size: int) -> tuple[array, int] | None:
@@ -88,8 +92,9 @@ class LazyStrings(Sequence[str]):
         self._end = end
         self._key = key
         self._items: list[str] | None = None
-        self._found: dict[tuple[bytes, bool], int | None] = {}
-        self._signature: bytes | None = None
+        self._found: dict[bytes, list[int]] = {}
+        self._tables: dict[int, dict[bytes, list[int]] | None] = {}
+        self._bytes: bytes | None = None
 
     def to_list(self) -> list[str]:
         if self._items is None:
@@ -128,9 +133,8 @@ class LazyStrings(Sequence[str]):
         return self._indices(texts, last=False)
 
     def _indices(self, texts: Iterable[str], last: bool) -> dict[str, int]:
-        """Found through three bytes a string (`_signatures`): no string is decoded and no index of
-        the vocabulary's texts is built (262k entries, ~25 MB for Gemma). Searching the array's
-        3 MB for each text's bytes was measured at 1-2 ms a text: ~90 texts for a Gemma inspect."""
+        """Found by scanning the array's bytes (`_where`): no string is decoded and no index of the
+        vocabulary's texts is built (262k entries, ~25 MB for Gemma)."""
         # llama.cpp never looks up an empty text; a linear search (`first`) finds an empty token
         wanted = {t.encode("utf-8", "surrogatepass"): t for t in texts if t or not last}
         if not wanted or not len(self._starts):
@@ -144,53 +148,69 @@ class LazyStrings(Sequence[str]):
             return found
         found = {}
         for raw, text in wanted.items():
-            index = self._find(raw, last)
-            if index is not None:
-                found[text] = index
+            indices = self._where(raw)
+            if indices:
+                found[text] = indices[-1] if last else indices[0]
         return found
 
-    def _find(self, raw: bytes, last: bool) -> int | None:
-        """The first (last) index whose string is `raw`. Candidates come from `_signatures` (three
-        bytes a string: its length's low byte and its last two bytes), a C scan of 3 bytes per
-        string; each candidate's bytes are then compared whole."""
-        key = (raw, last)
-        if key in self._found:
-            return self._found[key]
-        signatures, starts, buffer = self._signatures(), self._starts, self._buffer
-        length = len(raw)
-        wanted = bytes((length & 0xFF,)) + (_U64.pack(length) + raw)[-2:]  # as `_signatures` reads a string
-        found = None
-        at = signatures.rfind(wanted) if last else signatures.find(wanted)
+    def _where(self, raw: bytes) -> list[int]:
+        """The indices whose string is `raw`, ascending (remembered).
+
+        A string of the array is its 8-byte length then its bytes, so a text of 1-255 bytes can only
+        be where its length byte, seven zero bytes and its bytes lie. The texts looked up share a
+        few first bytes (`<`, `[`, ...): for each, one C scan of the array for the seven zero bytes
+        and it (`_first_byte_table`: ~7 ms and 6.6k places for Gemma's `<`) serves every text that
+        begins with it. A first byte that begins too many strings (half of Gemma's start with `▁`),
+        an empty text or one of 256 bytes or more is searched for whole, with its length (~0.8 ms
+        a text). Before, three bytes a string were built to search (~30 ms) and searched per text
+        (~0.3 ms). A place counts only where a string of the array starts (a string can hold the
+        same bytes)."""
+        found = self._found.get(raw)
+        if found is None:
+            table = self._first_byte_table(raw[0]) if 0 < len(raw) < 256 else None
+            places = table.get(raw, ()) if table is not None else self._places(_U64.pack(len(raw)) + raw)
+            found = [i for i in map(self._index_at, places) if i is not None]
+            self._found[raw] = found
+        return found
+
+    def _first_byte_table(self, first: int) -> dict[bytes, list[int]] | None:
+        """text → the places of its length prefix, for each text of 1-255 bytes that starts with
+        `first` wherever the array's bytes would hold it (some places lie inside a string); None
+        when more than `_TABLE_PLACES` places would have to be read (estimated from the first
+        eighth of the array: a C count there, ~0.3 ms for Gemma)."""
+        if first not in self._tables:
+            needle = bytes(7) + bytes((first,))
+            table: dict[bytes, list[int]] | None = None
+            region = self._region()
+            if region.count(needle, 0, max(len(region) // 8, 1 << 18)) * 8 <= _TABLE_PLACES:
+                table = {}
+                buffer = self._buffer
+                for at in self._places(needle, shift=1):
+                    table.setdefault(buffer[at + 8: at + 8 + buffer[at]], []).append(at)
+            self._tables[first] = table
+        return self._tables[first]
+
+    def _region(self) -> bytes:
+        """The array's bytes (4.4 MB for Gemma), copied once from the map: bytes count and find."""
+        if self._bytes is None:
+            self._bytes = bytes(self._buffer[self._starts[0]: self._end])
+        return self._bytes
+
+    def _places(self, needle: bytes, shift: int = 0) -> list[int]:
+        """Each offset in the buffer where `needle` lies within the array, less `shift`."""
+        region, base = self._region(), self._starts[0] - shift
+        places = []
+        at = region.find(needle)
         while at >= 0:
-            if not at % 3:
-                start = starts[at // 3]
-                if _U64.unpack_from(buffer, start)[0] == length and buffer[start + 8: start + 8 + length] == raw:
-                    found = at // 3
-                    break
-            at = signatures.rfind(wanted, 0, at + 2) if last else signatures.find(wanted, at + 1)
-        self._found[key] = found
-        if found is None:  # no string is `raw`: the search the other way would scan in vain
-            self._found[(raw, not last)] = None
-        return found
+            places.append(at + base)
+            at = region.find(needle, at + 1)
+        return places
 
-    def _signatures(self) -> bytes:
-        """Three bytes a string, built once: the low byte of its length and its last two bytes
-        (those of its prefix for a shorter one). List comprehensions (~40 ns a string); chains of
-        `map` were measured slower (each makes 262k ints). With two bytes (length, last) Gemma's
-        thousands of `<unusedN>` tokens were candidates for every `<...>` text looked up."""
-        if self._signature is None:
-            starts = self._starts
-            # bytes index faster than a map (~35 ns a byte against ~55); the header before the
-            # array's end is copied (the array lies in the header: 4.4 MB, 0.3 ms for Gemma)
-            buffer = self._buffer[: self._end]
-            ends = starts[1:]
-            ends.append(self._end)
-            signature = bytearray(3 * len(starts))
-            signature[0::3] = bytes([buffer[start] for start in starts])
-            signature[1::3] = bytes([buffer[end - 2] for end in ends])
-            signature[2::3] = bytes([buffer[end - 1] for end in ends])
-            self._signature = bytes(signature)
-        return self._signature
+    def _index_at(self, place: int) -> int | None:
+        """The index of the string that starts at `place`, None when none does."""
+        starts = self._starts
+        index = bisect_left(starts, place)
+        return index if index < len(starts) and starts[index] == place else None
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LazyStrings):
