@@ -69,3 +69,22 @@ def test_template_family_change_is_stop_relevant():
 def test_bad_input(tmp_path):
     code, _ = run(tmp_path / "missing", EXAMPLES / "chatml-ok")
     assert code == 2
+
+
+def test_two_folders_with_one_tokenizer_file_are_not_encoded(real_models, tmp_path, monkeypatch):
+    """A fine-tune keeps tokenizer.json byte for byte: both sides would encode alike, so no tokenizer
+    is loaded (Gemma's takes 1.6 s); a tokenizer.json that differs is still loaded and compared."""
+    from stopdoctor.facts.vocab import Vocabulary
+
+    copy = tmp_path / "copy"
+    shutil.copytree(real_models.smollm2_hf, copy)
+    loads = []
+    real_tokenizer = Vocabulary.tokenizer
+    monkeypatch.setattr(Vocabulary, "tokenizer", lambda self: loads.append(self) or real_tokenizer(self))
+    assert not diff_models(str(real_models.smollm2_hf), str(copy)).differences and loads == []
+    assert not diff_models(str(real_models.gemma_gguf), str(real_models.gemma_gguf)).differences and loads == []
+    document = json.loads((copy / "tokenizer.json").read_text())
+    document["added_tokens"] = [t for t in document["added_tokens"] if t["content"] != "<|im_end|>"]
+    (copy / "tokenizer.json").write_text(json.dumps(document))
+    result = diff_models(str(real_models.smollm2_hf), str(copy))
+    assert len(loads) >= 2 and any(d.aspect == "tokenization" and d.what == "'<|im_end|>'" for d in result.differences)

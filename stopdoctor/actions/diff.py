@@ -149,6 +149,8 @@ def _values(analysis: Analysis, role: str, file: str) -> tuple[list[str], str | 
 
 def _tokenization(a: Analysis, b: Analysis, ends: list[str], shared_ends: set[str]) -> list[Difference]:
     """`shared_ends`: the end-of-turn texts both templates write (only their tokens can get worse)."""
+    if _same_tokenizer_source(a, b):  # one tokenizer encodes as itself: nothing to load (1.6 s for Gemma's)
+        return []
     try:
         tok_a, tok_b = a.facts.vocab.tokenizer(), b.facts.vocab.tokenizer()
     except StopdoctorError:
@@ -166,3 +168,20 @@ def _tokenization(a: Analysis, b: Analysis, ends: list[str], shared_ends: set[st
             out.append(Difference("tokenization", repr(probe), ids_a[:32], ids_b[:32], "tokenizer", "tokenizer",
                                   probe in ends, effect=effect, why=why))
     return out
+
+
+def _same_tokenizer_source(a: Analysis, b: Analysis) -> bool:
+    """Whether both sides build their tokenizer from the same file: the same tokenizer.json bytes,
+    or the same GGUF file (a tokenizer built from a GGUF depends on nothing else)."""
+    vocab_a, vocab_b = a.facts.vocab, b.facts.vocab
+    file_a, file_b = vocab_a.tokenizer_file, vocab_b.tokenizer_file
+    try:
+        if file_a is not None and file_b is not None:
+            return file_a.samefile(file_b) or (file_a.stat().st_size == file_b.stat().st_size
+                                               and file_a.read_bytes() == file_b.read_bytes())
+        header_a, header_b = vocab_a.gguf_header, vocab_b.gguf_header
+        if file_a is None and file_b is None and header_a is not None and header_b is not None:
+            return header_a.path.samefile(header_b.path)
+    except OSError:
+        return False
+    return False
