@@ -266,7 +266,7 @@ def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, mon
     assert any("preserve_insertion_order = true" in s for s in made[-1].statements)
     assert [r[1] for r in parallel if r[4]] == [i + 1 for i, line in enumerate(lines) if line.startswith(("{bad", "{not"))]
     assert [r[1] for r in parallel if r[8] == "long"] == [i + 1 for i, line in enumerate(lines) if line == long_text]
-    monkeypatch.setattr(query, "unnumbered_source_sql", lambda path: None)  # the numbered read, on one core
+    monkeypatch.setattr(query, "unnumbered_source_sql", lambda path, both_line_ends=False: None)  # the numbered read, on one core
     numbered = records()
     assert not any("preserve_insertion_order = true" in s for s in made[-1].statements)
     assert parallel == numbered
@@ -307,3 +307,54 @@ def test_each_distinct_candidate_answer_is_diagnosed_once(monkeypatch, tmp_path)
     assert len(calls) == len(set(calls)) == 1 + 15  # the transcript, and 15 distinct runaways (i % 60, i % 4 == 0)
     turns = report.flagged["hallucinated-turn"]
     assert [line for _, line in turns] == [i + 1 for i in range(600) if i % 4 == 0]
+
+
+def test_a_log_whose_lines_end_both_with_crlf_and_lf_is_read_line_for_line(tmp_path):
+    """A log appended to from Windows and Linux mixes CRLF and LF: DuckDB detects one line end a
+    file and refused the other (exit 2). It is read with both: the same report as the file with LF
+    alone, and the bad lines at the numbers Python counts; the .gz too, and from the per-group read
+    on four threads."""
+    import gzip
+
+    from stopdoctor.logs.inputs import check_log_file
+
+    rng = random.Random(3)
+    lines = []
+    for line in bench_log_lines(3000):
+        roll = rng.random()
+        lines.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
+        lines.append(line)
+    ends = [rng.choice(["\n", "\r\n"]) for _ in lines]
+    plain, mixed, packed = tmp_path / "lf.jsonl", tmp_path / "mixed.jsonl", tmp_path / "mixed.jsonl.gz"
+    plain.write_bytes("".join(line + "\n" for line in lines).encode())
+    mixed.write_bytes("".join(map("".join, zip(lines, ends))).encode())
+    packed.write_bytes(gzip.compress(mixed.read_bytes()))
+    assert not check_log_file(str(plain)) and check_log_file(str(mixed)) and check_log_file(str(packed))
+    expected = analyze_logs([str(plain)])
+    bad = [i + 1 for i, line in enumerate(lines) if line.startswith(("{bad", "{not"))]
+    for path in (mixed, packed):
+        report = analyze_logs([str(path)])
+        assert report.lines == len(lines) and report.bad_lines == expected.bad_lines
+        same = repr(dataclasses.replace(report, seconds=0)).replace(str(path), str(plain))  # files named in examples
+        assert same == repr(dataclasses.replace(expected, seconds=0))
+    con, duckdb = connect()
+    con.execute("SET threads = 4")
+    con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {query.RECORD_COLUMNS})")
+    read = query._read_files(con, duckdb, [str(mixed)], builtin_vocabulary(), LogsSettings(), None, tmp_path,
+                             frozenset([str(mixed)]))
+    assert read == len(lines)
+    assert [r[0] for r in con.execute("SELECT line_no FROM rec WHERE bad ORDER BY line_no").fetchall()] == bad
+
+
+@pytest.mark.parametrize(("text", "both"), [
+    (b"a\nb\n", False), (b"a\r\nb\r\n", False), (b"a\r\nb\n", True), (b"a\nb\r\n", True),
+    (b"a\r\nb\nc\rd\n", False),  # a CR that ends no line: left to DuckDB as before
+    (b"a\r\nb\nc\r", False),  # nor one at the very end
+    (b"x" * ((1 << 20) - 1) + b"\r\nb\n", True),  # the CRLF across the scan's 1 MB chunks
+])
+def test_the_line_scan_says_when_lines_end_both_ways(tmp_path, text, both):
+    from stopdoctor.logs.inputs import check_log_file
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(text)
+    assert check_log_file(str(path)) is both

@@ -80,7 +80,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
     """The statements that build the records table `rec` from each file (the normalising query,
     then the grouping of streamed chunks), and the finish-reason counts over it: a script to run
     as it is in another DuckDB (`--show-sql`)."""
-    _check_inputs(paths)
+    both_line_ends = _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
     con, duckdb = connect()
     try:
@@ -89,7 +89,7 @@ def show_sql(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
             try:
                 # The script names the file itself (not a link or a copy): a local path's glob
                 # characters are escaped.
-                source = source_sql(path if is_remote(path) else glob_literal(path), con)
+                source = source_sql(path if is_remote(path) else glob_literal(path), con, path in both_line_ends)
                 groups = _key_groups(con, source, settings)
             except duckdb.Error as error:
                 if is_encoding_error(str(error)):
@@ -147,13 +147,11 @@ def parse_field_overrides(values: Sequence[str]) -> dict[str, str]:
     return overrides
 
 
-def _check_inputs(paths: Sequence[str]) -> None:
+def _check_inputs(paths: Sequence[str]) -> frozenset[str]:
+    """Refuses what `check_log_file` refuses; the local files whose lines end both with CRLF and LF."""
     if not paths:
         raise InputError("no log file given", hint="stopdoctor logs responses.jsonl [more.jsonl.gz …]")
-    for path in paths:
-        if is_remote(path):
-            continue
-        check_log_file(path)
+    return frozenset(path for path in paths if not is_remote(path) and check_log_file(path))
 
 RUNNING_DONE = 99.9  # the most progress reported before the query has returned
 
@@ -197,24 +195,25 @@ def analyze_logs(paths: Sequence[str], vocabulary: TurnVocabulary | None = None,
                  settings: LogsSettings = LogsSettings(),
                  on_progress: Callable[[str, float], None] | None = None) -> LogsSummary:
     """Read every file, normalise every line, and summarise. Bad lines are counted, never fatal."""
-    _check_inputs(paths)
+    both_line_ends = _check_inputs(paths)
     vocabulary = vocabulary or builtin_vocabulary()
     started = time.perf_counter()
     con, duckdb = connect()
     con.execute(f"CREATE TEMP TABLE rec (file VARCHAR, {RECORD_COLUMNS})")
     aliases = tempfile.TemporaryDirectory(prefix="stopdoctor-logs-")
     try:
-        lines = _read_files(con, duckdb, paths, vocabulary, settings, on_progress, Path(aliases.name))
+        lines = _read_files(con, duckdb, paths, vocabulary, settings, on_progress, Path(aliases.name), both_line_ends)
     finally:
         aliases.cleanup()
     return records_report(con, paths, vocabulary, settings, lines, started)
 
 
 def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
-                on_progress: Callable[[str, float], None] | None, folder: Path) -> int:
+                on_progress: Callable[[str, float], None] | None, folder: Path,
+                both_line_ends: frozenset[str] = frozenset()) -> int:
     """Normalise every file into `rec`; the number of lines read. DuckDB is given each path
     literally (`literal_path`); a file it refuses for a line that is not UTF-8 is read again from a
-    copy where that line is bad."""
+    copy where that line is bad. `both_line_ends`: the files whose lines end with CRLF and LF."""
     line_counts = 0
     for index, path in enumerate(paths):
         def progress(start: float, span: float, p: str = path):
@@ -228,7 +227,7 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         readable = path if is_remote(path) else literal_path(path, index, folder)
         for attempt in range(2):
             try:
-                source = source_sql(readable, con)
+                source = source_sql(readable, con, path in both_line_ends)
                 # On up to STREAMED_THREADS threads a local file is read where it lies, numbered and
                 # parsed in one pipeline, on one core (numbering keeps a pipeline on one): measured on 2
                 # cores, less CPU than a table of its lines, and than the ordered parallel read below
@@ -244,7 +243,8 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
                     _run(con, f"CREATE OR REPLACE TEMP TABLE lines AS SELECT * FROM {source}", progress(0, 40))
                     source = "lines"
                 normalise_file(con, path, source, vocabulary, settings, progress(40 if tabled else 0, 60 if tabled else 100),
-                               ordered=unnumbered_source_sql(readable) if groups else None, groups=groups)
+                               ordered=unnumbered_source_sql(readable, path in both_line_ends) if groups else None,
+                               groups=groups)
                 con.execute("DROP TABLE IF EXISTS lines")
                 break
             except duckdb.Error as error:

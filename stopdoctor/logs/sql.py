@@ -80,11 +80,12 @@ def prefilter_sql(vocabulary: TurnVocabulary, column: str) -> str:
 
 #QUERY
 
-def source_sql(path: str, con=None) -> str:
+def source_sql(path: str, con=None, both_line_ends: bool = False) -> str:
     """One row per physical line, numbered from 1 (blank lines kept, so numbers match `sed -n`).
     A JSON line cannot hold a raw control character, so chr(1) never splits one. A Parquet row
     is a line too: its one text column when it has only that (a JSON log stored as text), else
-    the row as a JSON object; rows are numbered from 1."""
+    the row as a JSON object; rows are numbered from 1. `both_line_ends`: lines end with CRLF or
+    LF, mixed in the file (`inputs.check_log_file` says so)."""
     if is_parquet(path):
         scan = f"read_parquet({sql_string(path)}, file_row_number = true)"
         columns = con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_string(path)})").fetchall() if con else []
@@ -93,19 +94,22 @@ def source_sql(path: str, con=None) -> str:
         else:
             line = "to_json(struct_pack(*COLUMNS(* EXCLUDE (file_row_number))))::VARCHAR"
         return f"(SELECT file_row_number + 1 AS line_no, {line} AS line FROM {scan})"
-    return f"(SELECT ordinality AS line_no, line FROM {_lines_csv(path)} WITH ORDINALITY)"
+    return f"(SELECT ordinality AS line_no, line FROM {_lines_csv(path, both_line_ends)} WITH ORDINALITY)"
 
 
-def _lines_csv(path: str) -> str:
+def _lines_csv(path: str, both_line_ends: bool = False) -> str:
+    # DuckDB detects one line end a file and refuses a file that mixes them; told CRLF in its
+    # lenient mode it ends a line at either (and at a lone CR: `check_log_file` rules that out).
+    ends = ", new_line = '\\r\\n', strict_mode = false" if both_line_ends else ""
     return (f"read_csv({sql_string(path)}, columns = {{'line': 'VARCHAR'}}, delim = chr(1), quote = '', escape = '', "
-            "header = false, auto_detect = false, max_line_size = 8388608, compression = 'auto')")
+            f"header = false, auto_detect = false, max_line_size = 8388608, compression = 'auto'{ends})")
 
 
-def unnumbered_source_sql(path: str) -> str:
+def unnumbered_source_sql(path: str, both_line_ends: bool = False) -> str:
     """A JSONL file's lines as `source_sql` reads them, each with `line_no` 1 (a placeholder): the
     relation for a parallel read in file order (`logs.query`), numbered afterwards by the `rowid` of
     the table it was written into. No ordinality: numbering in the scan keeps it on one core."""
-    return f"(SELECT 1::BIGINT AS line_no, line FROM {_lines_csv(path)})"
+    return f"(SELECT 1::BIGINT AS line_no, line FROM {_lines_csv(path, both_line_ends)})"
 
 
 def glob_literal(path: str) -> str:
