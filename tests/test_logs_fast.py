@@ -230,6 +230,16 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
     assert dataclasses.replace(parallel, seconds=0) == dataclasses.replace(report, seconds=0)
 
 
+def _with_blank_and_bad_lines(lines: list[str], rng: random.Random) -> list[str]:
+    """`lines` with a blank, a whitespace or a bad JSON line before ~2 %, ~1 % and ~1 % of them."""
+    out = []
+    for line in lines:
+        roll = rng.random()
+        out.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
+        out.append(line)
+    return out
+
+
 # plain LF and gzipped CRLF in the quick loop; the other two in the full suite (~4 s each)
 @pytest.mark.parametrize("newline, gz", [("\n", False), ("\r\n", True),
                                          pytest.param("\r\n", False, marks=pytest.mark.slow),
@@ -242,12 +252,7 @@ def test_the_parallel_read_numbers_every_line_as_it_lies(recorded, tmp_path, mon
 
     made, threads = recorded
     threads[0] = 4
-    rng = random.Random(1)
-    lines = []
-    for line in bench_log_lines(30000):
-        roll = rng.random()
-        lines.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
-        lines.append(line)
+    lines = _with_blank_and_bad_lines(bench_log_lines(30000), random.Random(1))
     long_text = json.dumps({"model": "long", "choices": [{"text": "word " * 400_000 + "User: hi", "finish_reason": "length"}]})
     lines[1234:1234] = [long_text]
     lines[25000:25000] = [long_text]
@@ -319,11 +324,7 @@ def test_a_log_whose_lines_end_both_with_crlf_and_lf_is_read_line_for_line(tmp_p
     from stopdoctor.logs.inputs import check_log_file
 
     rng = random.Random(3)
-    lines = []
-    for line in bench_log_lines(3000):
-        roll = rng.random()
-        lines.extend([""] if roll < 0.02 else ["   "] if roll < 0.03 else ["{bad json"] if roll < 0.04 else [])
-        lines.append(line)
+    lines = _with_blank_and_bad_lines(bench_log_lines(3000), rng)
     ends = [rng.choice(["\n", "\r\n"]) for _ in lines]
     plain, mixed, packed = tmp_path / "lf.jsonl", tmp_path / "mixed.jsonl", tmp_path / "mixed.jsonl.gz"
     plain.write_bytes("".join(line + "\n" for line in lines).encode())
