@@ -43,12 +43,19 @@ _UNCOVERED = ("ClassVar", "InitVar", "KW_ONLY")
 
 
 # What `@dataclass(frozen=True)` records in `__dataclass_params__`, by the names this Python's
-# `_DataclassParams` takes (3.12 added match_args, kw_only, slots, weakref_slot).
+# `_DataclassParams` takes (3.12 added match_args, kw_only, slots, weakref_slot), and the marker
+# `dataclasses.fields` keeps a field by: both private to `dataclasses` (3.11-3.13 alike). A Python
+# whose `dataclasses` has neither gets plain frozen dataclasses (`_BY_HAND` false), not an error.
 _SETTINGS = {"init": True, "repr": True, "eq": True, "order": False, "unsafe_hash": False, "frozen": True,
              "match_args": True, "kw_only": False, "slots": False, "weakref_slot": False}
-_PARAMS = dataclasses._DataclassParams(  # type: ignore[attr-defined]
-    **{name: _SETTINGS[name] for name in dataclasses._DataclassParams.__slots__})  # type: ignore[attr-defined]
-_FIELD_KIND = dataclasses._FIELD  # type: ignore[attr-defined]  # the marker `dataclasses.fields` keeps
+try:
+    _PARAMS: Any = dataclasses._DataclassParams(  # type: ignore[attr-defined]
+        **{name: _SETTINGS[name] for name in dataclasses._DataclassParams.__slots__})  # type: ignore[attr-defined]
+    _FIELD_KIND: Any = dataclasses._FIELD  # type: ignore[attr-defined]
+    _BY_HAND = True
+except (AttributeError, KeyError, TypeError):
+    _PARAMS = _FIELD_KIND = None
+    _BY_HAND = False
 
 
 def _plan(cls: Any) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -102,7 +109,7 @@ def record(cls: _C) -> _C:
     """`@dataclass(frozen=True)`, built as the module docstring says."""
     if any(name in cls.__dict__ for name in _OWN):
         return dataclasses.dataclass(frozen=True)(cls)  # type: ignore[return-value]
-    fields = None if any(name in cls.__dict__ for name in _GENERATED) else _fields(cls)
+    fields = None if not _BY_HAND or any(name in cls.__dict__ for name in _GENERATED) else _fields(cls)
     if fields is None:
         made: Any = dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
         _share_methods(made)
