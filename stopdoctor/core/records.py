@@ -207,7 +207,7 @@ def _frozen_methods(cls: Any, names: tuple[str, ...]) -> tuple[Callable[..., Non
 
 
 def _lazy_init(cls: Any) -> Callable[..., None]:
-    """An `__init__` that compiles the real one (`_init_source`) on first use and puts it in its place."""
+    """An `__init__` that compiles the real one (`_compile_init`) on first use and puts it in its place."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         real = _compile_init(cls)
@@ -231,22 +231,22 @@ _HAS_FACTORY = _Factory()
 def _compile_init(cls: Any) -> Callable[..., None]:
     """The `__init__` `dataclasses` would write for this frozen class, compiled now."""
     namespace: dict[str, Any] = {"__set": object.__setattr__, "__has_factory": _HAS_FACTORY}
-    parameters, body = ["self"], []
+    parameters, body = ["__record_self__"], []  # not `self`: a field may be named so (as in `dataclasses`)
     for made in cls.__dataclass_fields__.values():
         name = made.name
         if made.default is not MISSING:
             namespace[f"__default_{name}"] = made.default
             parameters.append(f"{name}=__default_{name}")
-            body.append(f"    __set(self, {name!r}, {name})")
+            body.append(f"    __set(__record_self__, {name!r}, {name})")
         elif made.default_factory is not MISSING:
             namespace[f"__factory_{name}"] = made.default_factory
             parameters.append(f"{name}=__has_factory")
-            body.append(f"    __set(self, {name!r}, __factory_{name}() if {name} is __has_factory else {name})")
+            body.append(f"    __set(__record_self__, {name!r}, __factory_{name}() if {name} is __has_factory else {name})")
         else:
             parameters.append(name)
-            body.append(f"    __set(self, {name!r}, {name})")
+            body.append(f"    __set(__record_self__, {name!r}, {name})")
     if hasattr(cls, "__post_init__"):
-        body.append("    self.__post_init__()")
+        body.append("    __record_self__.__post_init__()")
     source = f"def __init__({', '.join(parameters)}):\n" + ("\n".join(body) or "    pass") + "\n"
     exec(source, namespace)  # noqa: S102  our own text: field names are identifiers, values are passed by name
     init = namespace["__init__"]

@@ -182,7 +182,8 @@ class LazyStrings(Sequence[str]):
             needle = bytes(7) + bytes((first,))
             table: dict[bytes, list[int]] | None = None
             region = self._region()
-            if region.count(needle, 0, max(len(region) // 8, 1 << 18)) * 8 <= _TABLE_PLACES:
+            sample = min(len(region), max(len(region) // 8, 1 << 18))
+            if region.count(needle, 0, sample) * len(region) <= _TABLE_PLACES * sample:
                 table = {}
                 buffer = self._buffer
                 for at in self._places(needle, shift=1):
