@@ -303,6 +303,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     binary.write_bytes(b"\x1f\x8b not really gzip")
     run = cli("logs", str(binary))
     assert run.code == 2 and "cannot read it" in run.stderr.splitlines()[0]
+    stray = tmp_path / "cr.jsonl"  # a CR that ends no line among LF line ends: DuckDB cannot split it
+    stray.write_bytes(b'{"a": 1}\r{"b": 2}\n' + path.read_bytes())
+    run = cli("logs", str(stray))
+    assert run.code == 2 and "a carriage return (\\r) stands alone" in run.stderr.splitlines()[0], run.stderr
+    assert "tr -d" in run.stderr
 
 
 def test_cli_model_and_show_sql(synth_root, tmp_path):

@@ -186,4 +186,9 @@ def read_error(path: str, message: str) -> InputError:
         # holds more of, e.g. every Gemini response's text until its stream is grouped).
         return InputError(f"{path}: DuckDB ran out of its memory limit reading it ({first})",
                           hint="raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default 512MB)")
+    if "state machine reached an invalid state" in message:
+        # What is left of DuckDB's line-end detection after `check_log_file`'s CRLF + LF case: a CR
+        # that ends no line among lines ending with LF (a JSON line never holds a raw CR in a string)
+        return InputError(f"{path}: cannot split it into lines: a carriage return (\\r) stands alone among "
+                          "lines that end with a line feed", hint=f"drop the carriage returns: tr -d '\\r' < {path} > fixed.jsonl")
     return InputError(f"{path}: cannot read it as JSONL/Parquet: {first}")
