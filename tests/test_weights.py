@@ -95,10 +95,10 @@ def test_bf16_and_fp8_rows_match_torch(tmp_path):
 
 def test_every_fp8_e4m3_value_matches_torch():
     torch = pytest.importorskip("torch")
-    from stopdoctor.facts.safetensors import to_float32
+    from stopdoctor.facts.floats import row_of
 
     raw = bytes(range(256))
-    ours = to_float32(raw, "F8_E4M3")
+    ours = np.asarray(row_of(raw, "F8_E4M3"))
     theirs = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
     assert np.array_equal(np.isnan(ours), np.isnan(theirs))
     assert np.array_equal(ours[~np.isnan(ours)], theirs[~np.isnan(theirs)])
@@ -217,6 +217,13 @@ def test_inspect_imports_only_what_it_uses(synth_root, real_gguf_models):
     assert not plain & (never | {"numpy"})
     weights = _modules_after("inspect", "--json", "--weights", str(real_gguf_models.gemma_gguf))
     assert "numpy" in weights and not weights & never and "numpy.ma" not in weights
+
+
+def test_inspect_weights_of_a_safetensors_folder_imports_no_numpy(real_models):
+    """Its rows are read and judged with the standard library (numpy's import was ~55 ms of a
+    ~350 ms cold `inspect --weights`, issue 28); a GGUF's quantised rows still need it (above)."""
+    modules = _modules_after("inspect", "--json", "--weights", str(real_models.smollm2_hf))
+    assert "stopdoctor.analysis.weights" in modules and "numpy" not in modules
 
 
 THREADS_AFTER_INSPECT = """

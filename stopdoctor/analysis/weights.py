@@ -16,16 +16,22 @@ calls a watched row untrained when, in the embedding or the output matrix:
 Unsloth's own combined verdict (embedding test A, and the output row either test A too or one of
 at least two identical rows, rounded to 3 decimals, among those candidates: test B) is reported
 beside it for each watched id.
-Imports: numpy, analysis.core, facts.weights.
+
+The rows are `array('f')` (facts.floats) and judged with the standard library: norms by
+`math.hypot` in double precision, copies by a sweep that computes the cosine of only the pairs
+whose unit vectors lie close on a few coordinates (exact: a pair it skips cannot reach the cosine),
+or, for more than `SWEEP_ROWS` rows, by numpy's matrix product (imported then). A safetensors
+model's `inspect --weights` imports no numpy.
+Imports: analysis.core, facts.weights, runtimes.stops; numpy for many rows.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-
-import numpy as np
+from collections.abc import Iterable, Mapping, Sequence
+from stopdoctor.core.records import record
 
 from stopdoctor.analysis.core import Analysis
 from stopdoctor.facts.weights import WeightRows
@@ -38,10 +44,15 @@ COPY_COSINE = 0.9995
 COPY_NORM_RATIO = 0.02
 BASELINE_ROWS = 256
 MAX_CANDIDATES = 2048
+# Up to this many rows the copies are found by the sweep (SmolLM2's 273: ~10 ms), past it by
+# numpy's matrix product (Gemma's 2,309 rows: the sweep ~1.4 s, numpy ~0.1 s with its import).
+SWEEP_ROWS = 512
+_SWEEP_KEYS = 8  # coordinates the sweep compares before a whole cosine
+_SWEEP_SAMPLE = 32  # rows whose spread picks those coordinates
 ROLES = ("end-of-turn", "eos", "bos", "pad", "stop", "header")
 
 
-@dataclass(frozen=True)
+@record
 class RowStats:
     norm: float
     max: float
@@ -49,7 +60,7 @@ class RowStats:
     mean_abs: float
 
 
-@dataclass(frozen=True)
+@record
 class Baseline:
     """The ordinary rows' norms: how a trained row looks in this matrix."""
 
@@ -60,7 +71,7 @@ class Baseline:
     max_norm: float
 
 
-@dataclass(frozen=True)
+@record
 class WatchedRow:
     """One row that matters for stopping, its statistics and the verdict on it."""
 
@@ -75,7 +86,7 @@ class WatchedRow:
     copy_of: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class WeightsReport:
     rows: WeightRows
     watched: tuple[WatchedRow, ...]
@@ -89,7 +100,7 @@ class WeightsReport:
         return [w for w in self.watched if w.id in self.targets and w.untrained]
 
 
-@dataclass(frozen=True)
+@record
 class RowPlan:
     watched: dict[int, tuple[str, ...]]  # id -> roles
     candidates: tuple[int, ...]
@@ -151,53 +162,75 @@ def rows_to_read(analysis: Analysis) -> RowPlan:
     excluded = vocab.special_ids | vocab.added_ids | roles.keys()
     baseline: list[int] = []
     if size:
-        for token_id in np.linspace(0, size - 1, BASELINE_ROWS * 2, dtype=np.int64).tolist():
+        for token_id in _even_ids(size, BASELINE_ROWS * 2):
             if token_id not in excluded and token_id not in baseline:
                 baseline.append(token_id)
         baseline = baseline[:: max(1, len(baseline) // BASELINE_ROWS)][:BASELINE_ROWS]
     return RowPlan({i: tuple(r) for i, r in roles.items()}, candidates, tuple(baseline), targets)
 
 
-def stats(row: np.ndarray) -> RowStats:
+def _even_ids(size: int, count: int) -> list[int]:
+    """`numpy.linspace(0, size - 1, count, dtype=int64)`: the same ids, computed as it does (i x
+    step in double precision, truncated; the last exactly size - 1)."""
+    if count == 1:
+        return [0]
+    step = (size - 1) / (count - 1)
+    return [int(i * step) for i in range(count - 1)] + [size - 1]
+
+
+def _finite_norm(row: Sequence[float]) -> float:
+    """The row's Euclidean norm in double precision: NaN or infinite when the row holds a NaN or
+    an infinity (float32 values cannot overflow it)."""
+    return math.hypot(*row)
+
+
+def _top(row: Sequence[float]) -> float:
+    """numpy's `row.max()`: NaN when the row holds one."""
+    if not math.isfinite(_finite_norm(row)) and any(value != value for value in row):
+        return math.nan
+    return max(row)
+
+
+def stats(row: Sequence[float]) -> RowStats:
     """A row's statistics over its finite values: a row holding NaN or infinities is judged broken
     by `_untrained_reasons`, and its numbers stay numbers a JSON document can hold."""
-    with np.errstate(invalid="ignore", over="ignore"):  # a NaN row is judged, not warned about
-        row = row.astype(np.float64)
-    finite = row[np.isfinite(row)]
-    if finite.size == 0:
+    norm = _finite_norm(row)
+    finite = row
+    if not math.isfinite(norm):
+        finite = [value for value in row if math.isfinite(value)]
+        norm = _finite_norm(finite)
+    if not finite:
         return RowStats(0.0, 0.0, 0.0, 0.0)
-    return RowStats(float(np.linalg.norm(finite)), float(finite.max()), float(finite.min()), float(np.abs(finite).mean()))
+    return RowStats(norm, max(finite), min(finite), math.fsum(map(abs, finite)) / len(finite))
 
 
-def _median(values: np.ndarray) -> float:
-    """np.median's value (the mean of the middle two for an even count) without its import of
-    numpy.ma (~20 ms of a cold `inspect --weights`)."""
-    ordered = np.sort(values)
-    middle = ordered.size // 2
-    return float(ordered[middle] if ordered.size % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
+def _median(values: Sequence[float]) -> float:
+    """The mean of the middle two for an even count (numpy's median)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def baseline_of(rows: Mapping[int, np.ndarray], ids: Iterable[int]) -> Baseline | None:
-    norms = np.array([np.linalg.norm(rows[i].astype(np.float64)) for i in ids if i in rows])
-    norms = norms[np.isfinite(norms)]
-    if norms.size < 8:
+def baseline_of(rows: Mapping[int, Sequence[float]], ids: Iterable[int]) -> Baseline | None:
+    norms = [norm for i in ids if i in rows and math.isfinite(norm := _finite_norm(rows[i]))]
+    if len(norms) < 8:
         return None
     median = _median(norms)
-    mad = _median(np.abs(norms - median)) * 1.4826
-    return Baseline(int(norms.size), median, mad, float(norms.min()), float(norms.max()))
+    mad = _median([abs(norm - median) for norm in norms]) * 1.4826
+    return Baseline(len(norms), median, mad, min(norms), max(norms))
 
 
-def _untrained_reasons(token_id: int, matrix: str, rows: Mapping[int, np.ndarray], baseline: Baseline | None,
+def _untrained_reasons(token_id: int, matrix: str, rows: Mapping[int, Sequence[float]], baseline: Baseline | None,
                        copies: Mapping[int, int]) -> list[str]:
     row = rows[token_id]
-    if not np.isfinite(row).all():
+    norm = _finite_norm(row)
+    if not math.isfinite(norm):
         return [f"its {matrix} row holds NaN or infinite values"]
-    top = float(row.max())
+    top = max(row)
     if top <= ZERO_MAX:
-        return [f"its {matrix} row is {'all zeros' if not row.any() else 'never above zero'} "
+        return [f"its {matrix} row is {'all zeros' if not any(row) else 'never above zero'} "
                 f"(max {top:.3g} <= 1e-16: Unsloth's untrained test)"]
     reasons: list[str] = []
-    norm = float(np.linalg.norm(row.astype(np.float64)))
     if baseline is not None and norm < LOW_NORM_FRACTION * baseline.median_norm \
             and norm < baseline.median_norm - LOW_NORM_DEVIATIONS * baseline.mad_norm:
         reasons.append(f"its {matrix} row's norm {norm:.3g} is far below the ordinary rows' "
@@ -208,39 +241,106 @@ def _untrained_reasons(token_id: int, matrix: str, rows: Mapping[int, np.ndarray
     return reasons
 
 
-def copies_of(rows: Mapping[int, np.ndarray]) -> dict[int, int]:
-    """id -> the id whose row it copies (the most similar such row), for every row that copies one."""
-    ids = [i for i, row in rows.items() if np.isfinite(row).all() and row.any()]
+def copies_of(rows: Mapping[int, Sequence[float]]) -> dict[int, int]:
+    """id -> the id whose row it copies, for every row that copies one: a finite, non-zero row
+    whose cosine with it is >= COPY_COSINE and whose norm is within COPY_NORM_RATIO of its. Of
+    several, the most similar (cosines compared to 12 decimals, then the lowest id)."""
+    ids, vectors, norms = [], [], []
+    for token_id, row in rows.items():
+        norm = _finite_norm(row)
+        if math.isfinite(norm) and norm > 0:
+            ids.append(token_id)
+            vectors.append(row)
+            norms.append(norm)
     if len(ids) < 2:
         return {}
-    matrix = np.stack([rows[i] for i in ids]).astype(np.float32)
-    norms = np.linalg.norm(matrix, axis=1)
-    unit = matrix / norms[:, None]
+    pairs = _close_pairs(vectors, norms) if len(ids) <= SWEEP_ROWS else _close_pairs_numpy(vectors, norms)
+    best: dict[int, tuple[float, int]] = {}
+    for a, b, cosine in pairs:
+        for one, other in ((a, b), (b, a)):
+            if abs(norms[one] - norms[other]) > COPY_NORM_RATIO * max(norms[one], norms[other]):
+                continue
+            key = (round(cosine, 12), -ids[other])
+            if one not in best or key > best[one]:
+                best[one] = key
+    return {ids[one]: -other for one, (_, other) in best.items()}
+
+
+def _close_pairs(vectors: list[Sequence[float]], norms: list[float]) -> list[tuple[int, int, float]]:
+    """(a, b, cosine) for every pair a < b with cosine >= COPY_COSINE. Two unit vectors that
+    close lie within sqrt(2 (1 - COPY_COSINE)) of each other, so within it on every coordinate:
+    sorted on the coordinate that varies most, a row is compared only with the rows after it
+    within that distance, first on a few more such coordinates (squared differences summed, the
+    same bound), then by its whole cosine."""
+    width = len(vectors[0])
+    step = max(1, len(vectors) // _SWEEP_SAMPLE)
+    sample = [[value / norms[r] for value in vectors[r]] for r in range(0, len(vectors), step)]
+    spread = []
+    for j in range(width):
+        column = [unit[j] for unit in sample]
+        mean = math.fsum(column) / len(column)
+        spread.append((math.fsum((value - mean) ** 2 for value in column), -j))
+    keys = [-j for _, j in sorted(spread, reverse=True)[:_SWEEP_KEYS]]
+    units = [[vector[j] / norm for j in keys] for vector, norm in zip(vectors, norms)]
+    order = sorted(range(len(vectors)), key=lambda r: units[r][0])
+    reach = math.sqrt(2 * (1 - COPY_COSINE)) * (1 + 1e-9) + 1e-12
+    bound = reach * reach
+    pairs = []
+    for place, a in enumerate(order):
+        near, first = units[a], units[a][0]
+        for b in order[place + 1:]:
+            other = units[b]
+            if other[0] - first > reach:
+                break
+            if sum((x - y) * (x - y) for x, y in zip(near, other)) > bound:
+                continue
+            cosine = math.fsum(map(operator.mul, vectors[a], vectors[b])) / (norms[a] * norms[b])
+            if cosine >= COPY_COSINE:
+                pairs.append((min(a, b), max(a, b), cosine))
+    return pairs
+
+
+def _close_pairs_numpy(vectors: list[Sequence[float]], norms: list[float]) -> list[tuple[int, int, float]]:
+    """`_close_pairs` by one matrix product, in double precision."""
+    import numpy as np
+
+    matrix = np.array(vectors, dtype=np.float64)
+    unit = matrix / np.array(norms)[:, None]
     cosines = unit @ unit.T
-    found: dict[int, tuple[float, int]] = {}
-    for a, b in np.argwhere(cosines >= COPY_COSINE).tolist():  # few pairs: only near-identical rows
-        if a != b and abs(norms[a] - norms[b]) <= COPY_NORM_RATIO * max(norms[a], norms[b]):
-            if a not in found or cosines[a, b] > found[a][0]:
-                found[a] = (float(cosines[a, b]), b)
-    return {ids[a]: ids[b] for a, (_, b) in found.items()}
+    return [(a, b, float(cosines[a, b])) for a, b in np.argwhere(cosines >= COPY_COSINE).tolist() if a < b]
 
 
-def _unsloth(token_id: int, weights: WeightRows, candidates: Iterable[int]) -> bool:
+def _rounded(row: Sequence[float]) -> tuple[object, ...]:
+    """numpy's `row.round(3)` of a float32 row, as a key: x 1000 in float32, rounded half to even
+    (a NaN or an infinity stays as it is)."""
+    from array import array
+
+    return tuple(round(value) if math.isfinite(value) else repr(value) for value in array("f", [v * 1000.0 for v in row]))
+
+
+def _unsloth(token_id: int, weights: WeightRows, bad_outputs: Counter) -> bool:
     """Unsloth's combined verdict: embedding max <= eps, and the output row max <= eps or one of
-    >= 2 identical rows (rounded to 3 decimals) among the rows whose embedding is <= eps."""
+    >= 2 identical rows (rounded to 3 decimals) among the rows whose embedding is <= eps
+    (`bad_outputs`: those rows' rounded output rows, counted)."""
     embedding = weights.embedding_rows
-    if token_id not in embedding or float(embedding[token_id].max()) > ZERO_MAX:
+    if token_id not in embedding or _top(embedding[token_id]) > ZERO_MAX:
         return False
     if weights.tied:
         return True
     output = weights.output_rows
     if token_id not in output:
         return True
-    if float(output[token_id].max()) <= ZERO_MAX:
+    if _top(output[token_id]) <= ZERO_MAX:
         return True
-    bad = [i for i in candidates if i in embedding and i in output and float(embedding[i].max()) <= ZERO_MAX]
-    counts = Counter(output[i].round(3).tobytes() for i in bad)
-    return counts[output[token_id].round(3).tobytes()] >= 2
+    return bad_outputs[_rounded(output[token_id])] >= 2
+
+
+def _bad_outputs(weights: WeightRows, candidates: Iterable[int]) -> Counter:
+    embedding, output = weights.embedding_rows, weights.output_rows
+    if weights.tied:
+        return Counter()
+    return Counter(_rounded(output[i]) for i in candidates
+                   if i in embedding and i in output and _top(embedding[i]) <= ZERO_MAX)
 
 
 def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | None]) -> WeightsReport:
@@ -249,7 +349,7 @@ def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | Non
         matrices["output"] = weights.output_rows
     baselines = {name: b for name, rows in matrices.items() if (b := baseline_of(rows, plan.baseline)) is not None}
     copies = {name: copies_of(rows) for name, rows in matrices.items()}
-    everything = sorted({*plan.watched, *plan.candidates})
+    bad_outputs = _bad_outputs(weights, sorted({*plan.watched, *plan.candidates}))
     watched = []
     for token_id in sorted(plan.watched):
         if token_id not in weights.embedding_rows:
@@ -263,7 +363,7 @@ def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | Non
             token_id, texts.get(token_id), plan.watched[token_id],
             stats(weights.embedding_rows[token_id]),
             stats(weights.output_rows[token_id]) if token_id in weights.output_rows else None,
-            bool(reasons), tuple(reasons), _unsloth(token_id, weights, everything), copy))
+            bool(reasons), tuple(reasons), _unsloth(token_id, weights, bad_outputs), copy))
     untrained_candidates = []
     for token_id in plan.candidates:
         for name, rows in matrices.items():
@@ -281,5 +381,4 @@ def analyze_weights(analysis: Analysis) -> WeightsReport:
     plan = rows_to_read(analysis)
     weights = read_weight_rows(analysis.facts.source, plan.in_order, analysis.facts.gguf)
     vocab = analysis.facts.vocab
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf rows are judged (broken), not warned about
-        return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})
+    return judge_rows(plan, weights, {i: vocab.text_of(i) for i in plan.watched})

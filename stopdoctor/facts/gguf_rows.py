@@ -5,7 +5,9 @@ GGUF lists a matrix's shape row length first: `token_embd.weight` is [hidden, vo
 Each row's blocks are read with `pread` and de-quantised by `gguf.quants` (F32, F16, BF16, Q8_0,
 Q4_0/1, Q5_0/1, the K-quants, the IQ types: whatever gguf-py knows).
 
-Imports: numpy, stopdoctor.core.errors, stopdoctor.facts.gguf; `gguf` (pure numpy) lazily.
+Rows come back as `array('f')` (`facts.floats`), as safetensors rows do.
+
+Imports: numpy, stopdoctor.core.errors, stopdoctor.facts (gguf, floats); `gguf` (pure numpy) lazily.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.facts.floats import Row, float32_row
 from stopdoctor.facts.gguf import GGUFTensor
 
 
@@ -52,7 +55,7 @@ def _dequantize_fast(raw: np.ndarray, tensor_type: int) -> np.ndarray:
     return (scales * quants).reshape(rows, -1)
 
 
-def read_gguf_rows(path: Path, tensor: GGUFTensor, ids: Iterable[int]) -> dict[int, np.ndarray]:
+def read_gguf_rows(path: Path, tensor: GGUFTensor, ids: Iterable[int]) -> dict[int, Row]:
     """Rows `ids` of a 2-D GGUF tensor as float32 vectors; ids past the matrix are skipped."""
     if len(tensor.shape) != 2:
         raise InputError(f"{path.name}: tensor {tensor.name!r} has shape {list(tensor.shape)}, not [columns, rows]")
@@ -76,7 +79,7 @@ def read_gguf_rows(path: Path, tensor: GGUFTensor, ids: Iterable[int]) -> dict[i
     if tensor.start + count * row_bytes > size:
         raise InputError(f"{path.name}: the data of tensor {tensor.name!r} runs past the end of the file")
     wanted = sorted({i for i in ids if 0 <= i < count})
-    rows: dict[int, np.ndarray] = {}
+    rows: dict[int, Row] = {}
     if not wanted:
         return rows
     fd = os.open(path, os.O_RDONLY)
@@ -94,4 +97,5 @@ def read_gguf_rows(path: Path, tensor: GGUFTensor, ids: Iterable[int]) -> dict[i
             values = dequantize(raw, qtype).astype(np.float32, copy=False).reshape(len(wanted), width)
         except (NotImplementedError, ValueError) as error:
             raise InputError(f"{path.name}: cannot de-quantise {name} rows: {error}") from None
-    return {token_id: values[k] for k, token_id in enumerate(wanted)}
+    values = values.astype("<f4", copy=False)
+    return {token_id: float32_row(values[k].tobytes()) for k, token_id in enumerate(wanted)}

@@ -7,9 +7,9 @@ anything big: a truncated file, a length past the file or over 100 MB (safetenso
 JSON nested deeper than a header ever is, more objects than a header ever holds, shapes whose
 size does not match their byte range, byte ranges past the end of the data.
 `read_rows(source, tensor, ids)` reads just the rows asked for and converts them to float32
-(F64, F32, F16, BF16, FP8 E4M3/E5M2, integers).
+(F64, F32, F16, BF16, FP8 E4M3/E5M2, integers) as `array('f')` rows (`facts.floats`).
 
-Imports: numpy, stopdoctor.core.errors. No safetensors, no torch.
+Imports: stopdoctor.core.errors, stopdoctor.facts.floats. No numpy, no safetensors, no torch.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import os
 import stat
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from stopdoctor.core.records import record
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
-import numpy as np
-
 from stopdoctor.core.errors import InputError
+from stopdoctor.facts.floats import Row, row_of
 
 # safetensors refuses headers over 100 MB (safetensors/src/tensor.rs MAX_HEADER_SIZE).
 MAX_HEADER_BYTES = 100_000_000
@@ -42,8 +41,6 @@ ITEM_SIZES: dict[str, int] = {
     "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
 }
 _SUB_BYTE = {"F4", "F6_E2M3", "F6_E3M2"}  # packed; rows are not read from these
-_NUMPY = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I8": "i1", "U8": "u1", "I16": "<i2", "U16": "<u2",
-          "I32": "<i4", "U32": "<u4", "I64": "<i8", "U64": "<u8", "BOOL": "?"}
 
 
 class ByteSource(Protocol):
@@ -88,7 +85,7 @@ class LocalFile:
         self.close()
 
 
-@dataclass(frozen=True)
+@record
 class SafetensorsTensor:
     name: str
     dtype: str
@@ -104,7 +101,7 @@ class SafetensorsTensor:
         return count
 
 
-@dataclass(frozen=True)
+@record
 class SafetensorsHeader:
     file: str
     size: int
@@ -196,7 +193,7 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_rows(source: ByteSource, tensor: SafetensorsTensor, ids: Iterable[int]) -> dict[int, np.ndarray]:
+def read_rows(source: ByteSource, tensor: SafetensorsTensor, ids: Iterable[int]) -> dict[int, Row]:
     """Rows `ids` of a 2-D tensor as float32 vectors (FP8 unscaled: a block scale does not change
     whether a row is zero or a copy of another)."""
     if len(tensor.shape) != 2:
@@ -210,32 +207,5 @@ def read_rows(source: ByteSource, tensor: SafetensorsTensor, ids: Iterable[int])
     spans = [(tensor.start + token_id * row_bytes, row_bytes) for token_id in wanted]
     read_many = getattr(source, "read_many", None)  # a remote file reads them in a few parallel requests
     chunks = read_many(spans) if read_many is not None else [source.read(*span) for span in spans]
-    return {token_id: to_float32(chunk, tensor.dtype) for token_id, chunk in zip(wanted, chunks)}
+    return {token_id: row_of(chunk, tensor.dtype) for token_id, chunk in zip(wanted, chunks)}
 
-
-def to_float32(data: bytes, dtype: str) -> np.ndarray:
-    if dtype == "BF16":
-        return (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-    if dtype == "F8_E4M3":
-        return _E4M3[np.frombuffer(data, dtype=np.uint8)]
-    if dtype == "F8_E5M2":
-        return (np.frombuffer(data, dtype=np.uint8).astype(np.uint16) << 8).view(np.float16).astype(np.float32)
-    return np.frombuffer(data, dtype=_NUMPY[dtype]).astype(np.float32)
-
-
-def _e4m3_table() -> np.ndarray:
-    """The 256 values of float8 E4M3FN (bias 7, no infinities, 0x7F/0xFF NaN)."""
-    values = np.empty(256, dtype=np.float32)
-    for byte in range(256):
-        sign = -1.0 if byte & 0x80 else 1.0
-        exponent, mantissa = (byte >> 3) & 0xF, byte & 0x7
-        if exponent == 0xF and mantissa == 0x7:
-            values[byte] = np.nan
-        elif exponent == 0:
-            values[byte] = sign * mantissa / 8 * 2.0 ** -6
-        else:
-            values[byte] = sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
-    return values
-
-
-_E4M3 = _e4m3_table()

@@ -7,22 +7,22 @@ the HF cache's copies, or HTTP range reads of the hub's (`stopdoctor.facts.resol
 only the headers and the rows travel. `read_weight_rows` reads the rows of the ids asked for from
 both. Which ids to read is the analysis' choice (`stopdoctor.analysis.weights`).
 
-Imports: numpy, core, facts (safetensors, gguf, gguf_rows, model_facts for guarded JSON, resolve
-for hub ids).
+Imports: core, facts (floats, safetensors, gguf, gguf_rows, model_facts for guarded JSON, resolve
+for hub ids). No numpy: a GGUF's rows import it (gguf_rows), a safetensors file's do not.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.core.types import ModelSource
+from stopdoctor.facts.floats import Row
 from stopdoctor.facts.safetensors import ByteSource, LocalFile, SafetensorsTensor, read_header, read_rows
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -46,7 +46,7 @@ MAX_NAME_BYTES = 255
 MAX_MATRIX_SHARDS = 16
 
 
-@dataclass(frozen=True)
+@record
 class Matrix:
     """Where one matrix lives: `file` (a name under the model root), its tensor, dtype, shape as
     [rows (ids), columns]."""
@@ -62,7 +62,7 @@ class Matrix:
     reader: Any = field(repr=False, compare=False, default=None)  # a hub file's ByteSource (range reads)
 
 
-@dataclass(frozen=True)
+@record
 class HttpTransfer:
     """What HTTP range reads of a hub model's weight files cost: `bytes` fetched out of the
     `file_bytes` the files hold, in `requests` requests to `host`."""
@@ -73,7 +73,7 @@ class HttpTransfer:
     file_bytes: int
 
 
-@dataclass(frozen=True)
+@record
 class WeightRows:
     """Rows read from the matrices; `output` is None when the embeddings are tied (lm_head shares
     the embedding, so its rows are the same vectors)."""
@@ -81,8 +81,8 @@ class WeightRows:
     format: str  # "safetensors" | "gguf"
     embedding: Matrix
     output: Matrix | None
-    embedding_rows: dict[int, np.ndarray]
-    output_rows: dict[int, np.ndarray]
+    embedding_rows: dict[int, Row]
+    output_rows: dict[int, Row]
     seconds: float = 0.0
     http: HttpTransfer | None = None  # a hub id's weights read over HTTP: what travelled
     rows_cut: int = 0  # ids asked for but not read: their rows would pass MAX_ROW_BYTES_IN_ALL
@@ -171,7 +171,7 @@ def _gguf_matrices(path: Path, header: Any = None) -> tuple[Matrix, Matrix | Non
     return embedding, matrix("output", "output.weight")
 
 
-def _read_gguf(matrix: Matrix, ids: list[int]) -> dict[int, np.ndarray]:
+def _read_gguf(matrix: Matrix, ids: list[int]) -> dict[int, Row]:
     from stopdoctor.facts.gguf_rows import read_gguf_rows
 
     return read_gguf_rows(matrix.path, matrix.entry, ids)
@@ -281,7 +281,7 @@ def _pick(tensors: dict[str, tuple[Path, SafetensorsTensor, ByteSource | None]],
     return None
 
 
-def _read_safetensors(matrix: Matrix, ids: list[int]) -> dict[int, np.ndarray]:
+def _read_safetensors(matrix: Matrix, ids: list[int]) -> dict[int, Row]:
     if matrix.reader is not None:
         return read_rows(matrix.reader, matrix.entry, ids)
     with LocalFile(matrix.path) as handle:
