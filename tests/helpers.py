@@ -4,6 +4,8 @@ a block of work took (never wall-clock seconds, which a busy machine stretches).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,6 +21,28 @@ class Run:
 
     def json(self):
         return json.loads(self.stdout)
+
+
+WEIGHT_FILES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
+
+
+def model_copy(src, dst):
+    """A copy of a model folder for a test to edit: every file is copied but the weights, which are
+    hard-linked (SmolLM2's 540 MB model.safetensors copied by a dozen tests was ~20 s of the quick
+    loop's CPU). Editing a weight file in place would edit the original: a test that does copies
+    it first (fixtures/broken_weights.py); a rewrite by rename (every stopdoctor write) replaces
+    the link, not the original."""
+    def copy(source: str, target: str) -> str:
+        if source.endswith(WEIGHT_FILES):
+            try:
+                os.link(source, target)
+                return target
+            except OSError:  # another file system, or no links: a real copy
+                pass
+        return shutil.copy2(source, target)
+
+    shutil.copytree(src, dst, copy_function=copy)
+    return dst
 
 
 def cli(*args: str, env: dict | None = None) -> Run:

@@ -14,6 +14,8 @@ import pytest
 from stopdoctor.api import inspect_model, serving_findings
 from stopdoctor.runtimes.serving import load_serving
 
+from tests.helpers import model_copy
+
 TEMPLATES = Path.home() / ".cache" / "stopdoctor" / "templates" / "llama.cpp"
 QWEN3_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 HARMONY_TOKENS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"]
@@ -23,7 +25,7 @@ def model_with(real_models, tmp_path: Path, template: str, tokens: list[str]) ->
     from tokenizers import Tokenizer
 
     folder = tmp_path / "model"
-    shutil.copytree(real_models.smollm2_hf, folder)
+    model_copy(real_models.smollm2_hf, folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["chat_template"] = (TEMPLATES / template).read_text()
     (folder / "tokenizer_config.json").write_text(json.dumps(config))

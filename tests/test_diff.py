@@ -14,6 +14,8 @@ from stopdoctor.writers.gguf_edit import set_int_key
 from stopdoctor.api import diff_models, diff_report
 from stopdoctor.cli.app import app
 
+from tests.helpers import model_copy
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "examples"
 
 
@@ -35,7 +37,7 @@ def test_hf_folder_and_its_gguf(real_models):
 
 def test_eos_changed_in_a_copy(real_models, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(real_models.smollm2_hf, copy)
+    model_copy(real_models.smollm2_hf, copy)
     generation = json.loads((copy / "generation_config.json").read_text())
     generation["eos_token_id"] = 0
     (copy / "generation_config.json").write_text(json.dumps(generation))
@@ -77,7 +79,7 @@ def test_two_folders_with_one_tokenizer_file_are_not_encoded(real_models, tmp_pa
     from stopdoctor.facts.vocab import Vocabulary
 
     copy = tmp_path / "copy"
-    shutil.copytree(real_models.smollm2_hf, copy)
+    model_copy(real_models.smollm2_hf, copy)
     loads = []
     real_tokenizer = Vocabulary.tokenizer
     monkeypatch.setattr(Vocabulary, "tokenizer", lambda self: loads.append(self) or real_tokenizer(self))

@@ -6,7 +6,6 @@ probe-server expects of it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,14 @@ from stopdoctor.runtimes.engines import engine, engine_for_launcher
 from stopdoctor.runtimes.expected import expected_of
 from stopdoctor.runtimes.serving import load_serving, served_stops
 
+from tests.helpers import model_copy
+
 
 @pytest.fixture
 def smol(real_models, tmp_path) -> Path:
     """A copy of the real SmolLM2 folder to edit: <|endoftext|> is 0, <|im_end|> 2."""
     folder = tmp_path / "smol"
-    shutil.copytree(real_models.smollm2_hf, folder)
+    model_copy(real_models.smollm2_hf, folder)
     return folder
 
 

@@ -20,6 +20,8 @@ from stopdoctor.core.errors import InputError
 from stopdoctor.runtimes.serving import load_serving
 from stopdoctor.runtimes.engine_stops import ENGINES
 
+from tests.helpers import model_copy
+
 
 def run(*args):
     result = CliRunner().invoke(app, [str(a) for a in args])
@@ -34,7 +36,7 @@ def per_runtime(spec) -> dict[str, list[int]]:
 def smol(real_models, tmp_path) -> Path:
     """A copy of the real SmolLM2 folder to edit: <|endoftext|> is 0, <|im_end|> 2."""
     folder = tmp_path / "smol"
-    shutil.copytree(real_models.smollm2_hf, folder)
+    model_copy(real_models.smollm2_hf, folder)
     return folder
 
 

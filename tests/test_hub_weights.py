@@ -22,16 +22,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def hub(real_models, broken_weights, tmp_path_factory):
+def hub(real_models, broken_weights):
     from fixtures.broken_weights import sharded_hf
+    from fixtures.derived import kept
 
-    root = tmp_path_factory.mktemp("hub-repos")
-    sharded = sharded_hf(real_models.smollm2_hf, root / "sharded")
+    from .weights_fixture import derived_root
+
+    root, hf, zeroed = derived_root(real_models), real_models.smollm2_hf, broken_weights.zeroed_hf
+    sharded = kept(root, "smollm2-sharded", lambda target: sharded_hf(hf, target), hf)
     repos = {
-        "test-org/smollm2": real_models.smollm2_hf,
-        "test-org/smollm2-zeroed": broken_weights.zeroed_hf,
+        "test-org/smollm2": hf,
+        "test-org/smollm2-zeroed": zeroed,
         "test-org/smollm2-sharded": sharded,
-        "test-org/smollm2-sharded-zeroed": sharded_hf(broken_weights.zeroed_hf, root / "sharded-zeroed", like=sharded),
+        "test-org/smollm2-sharded-zeroed": kept(root, "smollm2-sharded-zeroed",
+                                                lambda target: sharded_hf(zeroed, target, like=sharded), zeroed, sharded),
     }
     server = FakeHub(repos)
     yield server

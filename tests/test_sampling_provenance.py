@@ -12,12 +12,12 @@ import pytest
 
 from stopdoctor.facts.model_facts import load_model
 from stopdoctor.runtimes.sampling import effective_sampling
-from tests.helpers import cli
+from tests.helpers import cli, model_copy
 
 
 def _copy(real_models, tmp_path: Path, name: str, generation: dict | None = None, card: str | None = None) -> Path:
     folder = tmp_path / name
-    shutil.copytree(real_models.smollm2_hf, folder)
+    model_copy(real_models.smollm2_hf, folder)
     if generation is not None:
         path = folder / "generation_config.json"
         document = json.loads(path.read_text())

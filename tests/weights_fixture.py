@@ -1,5 +1,6 @@
 """Session fixture: the broken copies of the real SmolLM2 model (end-of-turn row untrained), built
-once per session from the real models by fixtures/broken_weights.py into a temporary folder.
+from the real models by fixtures/broken_weights.py once per machine, beside the models
+(fixtures/derived.py: `<models cache>/derived/`, built again when the builder or a model changes).
 
 Registered from tests/conftest.py via ``pytest_plugins``.
 """
@@ -19,13 +20,18 @@ class BrokenWeights:
     zeroed_gguf: Path  # SmolLM2 GGUF, <|im_end|>'s token_embd row zeroed
 
 
-@pytest.fixture(scope="session")
-def broken_weights(real_models, tmp_path_factory) -> BrokenWeights:
-    from fixtures.broken_weights import reserved_copy_hf, zeroed_gguf, zeroed_hf
+def derived_root(real_models) -> Path:
+    return real_models.smollm2_gguf.parent / "derived"
 
-    root = tmp_path_factory.mktemp("broken-weights")
+
+@pytest.fixture(scope="session")
+def broken_weights(real_models) -> BrokenWeights:
+    from fixtures.broken_weights import reserved_copy_hf, zeroed_gguf, zeroed_hf
+    from fixtures.derived import kept
+
+    root, hf, gguf = derived_root(real_models), real_models.smollm2_hf, real_models.smollm2_gguf
     return BrokenWeights(
-        zeroed_hf(real_models.smollm2_hf, root / "smollm2-eot-zeroed"),
-        reserved_copy_hf(real_models.smollm2_hf, root / "smollm2-eot-reserved-copy"),
-        zeroed_gguf(real_models.smollm2_gguf, root / "smollm2-eot-zeroed.gguf"),
+        kept(root, "smollm2-eot-zeroed", lambda target: zeroed_hf(hf, target), hf),
+        kept(root, "smollm2-eot-reserved-copy", lambda target: reserved_copy_hf(hf, target), hf),
+        kept(root, "smollm2-eot-zeroed.gguf", lambda target: zeroed_gguf(gguf, target), gguf),
     )
