@@ -272,14 +272,12 @@ def _close_pairs(vectors: list[Sequence[float]], norms: list[float]) -> list[tup
     sorted on the coordinate that varies most, a row is compared only with the rows after it
     within that distance, first on a few more such coordinates (squared differences summed, the
     same bound), then by its whole cosine."""
-    width = len(vectors[0])
     step = max(1, len(vectors) // _SWEEP_SAMPLE)
     sample = [[value / norms[r] for value in vectors[r]] for r in range(0, len(vectors), step)]
     spread = []
-    for j in range(width):
-        column = [unit[j] for unit in sample]
-        mean = math.fsum(column) / len(column)
-        spread.append((math.fsum((value - mean) ** 2 for value in column), -j))
+    for j, column in enumerate(zip(*sample)):  # each coordinate's sum of squared deviations
+        total = sum(column)
+        spread.append((sum(map(operator.mul, column, column)) - total * total / len(column), -j))
     keys = [-j for _, j in sorted(spread, reverse=True)[:_SWEEP_KEYS]]
     units = [[vector[j] / norm for j in keys] for vector, norm in zip(vectors, norms)]
     order = sorted(range(len(vectors)), key=lambda r: units[r][0])
@@ -287,11 +285,14 @@ def _close_pairs(vectors: list[Sequence[float]], norms: list[float]) -> list[tup
     bound = reach * reach
     pairs = []
     for place, a in enumerate(order):
-        near, first = units[a], units[a][0]
+        near = units[a]
+        first, second = near[0], near[1] if len(near) > 1 else 0.0
         for b in order[place + 1:]:
             other = units[b]
             if other[0] - first > reach:
                 break
+            if len(other) > 1 and abs(other[1] - second) > reach:
+                continue
             if sum((x - y) * (x - y) for x, y in zip(near, other)) > bound:
                 continue
             cosine = math.fsum(map(operator.mul, vectors[a], vectors[b])) / (norms[a] * norms[b])
