@@ -196,12 +196,13 @@ def recorded(monkeypatch):
 
 
 def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
-    """On up to STREAMED_THREADS threads no table of the lines: the file is scanned by the sample of
-    its key groups and by the per-group read, and by nothing else when no line needs the general
-    query; a file with lines that do is scanned a third time for those lines only. With more threads
-    too, no table of its lines: the per-group read runs on every thread in file order and numbers the
-    records by their row ids (`query._ordered_read`)."""
+    """On up to STREAMED_THREADS threads (one) no table of the lines: the file is scanned by the
+    sample of its key groups and by the per-group read, and by nothing else when no line needs the
+    general query; a file with lines that do is scanned a third time for those lines only. With more
+    threads (2 and up) too, no table of its lines: the per-group read runs on every thread in file
+    order and numbers the records by their row ids (`query._ordered_read`)."""
     made, threads = recorded
+    threads[0] = query.STREAMED_THREADS
     path = tmp_path / "bench.jsonl"
     path.write_text("\n".join(bench_log_lines(2000)) + "\n")
     report = analyze_logs([str(path)])
@@ -219,7 +220,7 @@ def test_a_local_file_is_read_where_it_lies_twice_in_all(recorded, tmp_path):
 
     # With more threads too: the per-group read runs over the unnumbered lines on every thread, into
     # a table kept in file order (preserve_insertion_order on for that statement only), numbered by rowid.
-    threads[0] = query.STREAMED_THREADS + 2
+    threads[0] = query.STREAMED_THREADS + 1
     parallel = analyze_logs([str(path)])
     statements = made[-1].statements
     assert not any(re.search(r"TABLE lines\b", s) for s in statements)

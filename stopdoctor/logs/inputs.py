@@ -185,7 +185,7 @@ def read_error(path: str, message: str) -> InputError:
         # The file is readable: the work did not fit DuckDB's memory limit (a shape the query
         # holds more of, e.g. every Gemini response's text until its stream is grouped).
         return InputError(f"{path}: DuckDB ran out of its memory limit reading it ({first})",
-                          hint="raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default 512MB)")
+                          hint="raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default 576MB)")
     if "state machine reached an invalid state" in message:
         # What is left of DuckDB's line-end detection after `check_log_file`'s CRLF + LF case: a CR
         # that ends no line among lines ending with LF (a JSON line never holds a raw CR in a string)

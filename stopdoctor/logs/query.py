@@ -52,7 +52,10 @@ RECORD_COLUMNS = (
 
 # DuckDB's memory for one run: past it, line numbering and the records spill to the temp
 # directory, so a log of any size is read in bounded memory (STOPDOCTOR_LOGS_MEMORY overrides).
-MEMORY_LIMIT = "512MB"
+# Not less: the ordered parallel read (`_ordered_read`) holds a few batches out of order, and with
+# 512 MB DuckDB ran it on one thread (measured on 2 threads, 1M and 10M lines: serial at 512 MB,
+# parallel at 576 MB; peak RSS of the whole 10M-line report 876 MiB).
+MEMORY_LIMIT = "576MB"
 
 
 def connect():
@@ -228,13 +231,13 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
         for attempt in range(2):
             try:
                 source = source_sql(readable, con, path in both_line_ends)
-                # On up to STREAMED_THREADS threads a local file is read where it lies, numbered and
-                # parsed in one pipeline, on one core (numbering keeps a pipeline on one): measured on 2
-                # cores, less CPU than a table of its lines, and than the ordered parallel read below
-                # (benchmarks/RESULTS.md). A remote log is always fetched once into a table of its lines.
-                # With more threads, a local JSONL file of sampled key groups is parsed on all of them
-                # where it lies, in file order, and numbered by the order its records were appended in
-                # (`_ordered_read`): no table of its lines (measured: less CPU and memory than the table).
+                # On more than STREAMED_THREADS threads a local JSONL file of sampled key groups is
+                # parsed on all of them where it lies, in file order, and numbered by the order its
+                # records were appended in (`_ordered_read`): no table of its lines (measured: less CPU
+                # and memory than the table), and on 2 cores 1.5-1.7x less wall time than numbering as it
+                # is read, which keeps the pipeline on one core (benchmarks/RESULTS.md). On one thread,
+                # or for a file without key groups, the lines are numbered as read (a table of them
+                # for the general query). A remote log is always fetched once into a table of its lines.
                 text = not is_parquet(path)
                 parallel = text and not is_remote(path) and _threads(con) > STREAMED_THREADS
                 groups = _key_groups(con, source, settings) if parallel else None
@@ -263,8 +266,8 @@ def _read_files(con, duckdb, paths: Sequence[str], vocabulary: TurnVocabulary, s
     return line_counts
 
 
-# DuckDB threads up to which a local file is parsed as it is read (no table of its lines).
-STREAMED_THREADS = 2
+# DuckDB threads up to which a local file is numbered as it is read, on one core.
+STREAMED_THREADS = 1
 
 
 def _threads(con) -> int:
