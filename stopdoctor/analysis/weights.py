@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from stopdoctor.core.records import record
@@ -211,19 +212,26 @@ def _median(values: Sequence[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def baseline_of(rows: Mapping[int, Sequence[float]], ids: Iterable[int]) -> Baseline | None:
-    norms = [norm for i in ids if i in rows and math.isfinite(norm := _finite_norm(rows[i]))]
-    if len(norms) < 8:
+def norms_of(rows: Mapping[int, Sequence[float]]) -> dict[int, float]:
+    """Each row's norm (`_finite_norm`), computed once for the judgement's three uses of it."""
+    return {token_id: _finite_norm(row) for token_id, row in rows.items()}
+
+
+def baseline_of(rows: Mapping[int, Sequence[float]], ids: Iterable[int],
+                norms: Mapping[int, float] | None = None) -> Baseline | None:
+    known = norms_of(rows) if norms is None else norms
+    found = [norm for i in ids if i in rows and math.isfinite(norm := known[i])]
+    if len(found) < 8:
         return None
-    median = _median(norms)
-    mad = _median([abs(norm - median) for norm in norms]) * 1.4826
-    return Baseline(len(norms), median, mad, min(norms), max(norms))
+    median = _median(found)
+    mad = _median([abs(norm - median) for norm in found]) * 1.4826
+    return Baseline(len(found), median, mad, min(found), max(found))
 
 
 def _untrained_reasons(token_id: int, matrix: str, rows: Mapping[int, Sequence[float]], baseline: Baseline | None,
-                       copies: Mapping[int, int]) -> list[str]:
+                       copies: Mapping[int, int], norm: float | None = None) -> list[str]:
     row = rows[token_id]
-    norm = _finite_norm(row)
+    norm = _finite_norm(row) if norm is None else norm
     if not math.isfinite(norm):
         return [f"its {matrix} row holds NaN or infinite values"]
     top = max(row)
@@ -241,13 +249,13 @@ def _untrained_reasons(token_id: int, matrix: str, rows: Mapping[int, Sequence[f
     return reasons
 
 
-def copies_of(rows: Mapping[int, Sequence[float]]) -> dict[int, int]:
+def copies_of(rows: Mapping[int, Sequence[float]], known: Mapping[int, float] | None = None) -> dict[int, int]:
     """id -> the id whose row it copies, for every row that copies one: a finite, non-zero row
     whose cosine with it is >= COPY_COSINE and whose norm is within COPY_NORM_RATIO of its. Of
     several, the most similar (cosines compared to 12 decimals, then the lowest id)."""
     ids, vectors, norms = [], [], []
     for token_id, row in rows.items():
-        norm = _finite_norm(row)
+        norm = _finite_norm(row) if known is None else known[token_id]
         if math.isfinite(norm) and norm > 0:
             ids.append(token_id)
             vectors.append(row)
@@ -305,7 +313,8 @@ def _close_pairs_numpy(vectors: list[Sequence[float]], norms: list[float]) -> li
     """`_close_pairs` by one matrix product, in double precision."""
     import numpy as np
 
-    matrix = np.array(vectors, dtype=np.float64)
+    matrix = np.frombuffer(b"".join(array("f", vector).tobytes() for vector in vectors),
+                           dtype=np.float32).reshape(len(vectors), -1).astype(np.float64)
     unit = matrix / np.array(norms)[:, None]
     cosines = unit @ unit.T
     return [(a, b, float(cosines[a, b])) for a, b in np.argwhere(cosines >= COPY_COSINE).tolist() if a < b]
@@ -314,8 +323,6 @@ def _close_pairs_numpy(vectors: list[Sequence[float]], norms: list[float]) -> li
 def _rounded(row: Sequence[float]) -> tuple[object, ...]:
     """numpy's `row.round(3)` of a float32 row, as a key: x 1000 in float32, rounded half to even
     (a NaN or an infinity stays as it is)."""
-    from array import array
-
     return tuple(round(value) if math.isfinite(value) else repr(value) for value in array("f", [v * 1000.0 for v in row]))
 
 
@@ -348,8 +355,10 @@ def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | Non
     matrices = {"embedding": weights.embedding_rows}
     if not weights.tied:
         matrices["output"] = weights.output_rows
-    baselines = {name: b for name, rows in matrices.items() if (b := baseline_of(rows, plan.baseline)) is not None}
-    copies = {name: copies_of(rows) for name, rows in matrices.items()}
+    norms = {name: norms_of(rows) for name, rows in matrices.items()}
+    baselines = {name: b for name, rows in matrices.items()
+                 if (b := baseline_of(rows, plan.baseline, norms[name])) is not None}
+    copies = {name: copies_of(rows, norms[name]) for name, rows in matrices.items()}
     bad_outputs = _bad_outputs(weights, sorted({*plan.watched, *plan.candidates}))
     watched = []
     for token_id in sorted(plan.watched):
@@ -358,7 +367,7 @@ def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | Non
         reasons: list[str] = []
         for name, rows in matrices.items():
             if token_id in rows:
-                reasons += _untrained_reasons(token_id, name, rows, baselines.get(name), copies[name])
+                reasons += _untrained_reasons(token_id, name, rows, baselines.get(name), copies[name], norms[name][token_id])
         copy = next((copies[name][token_id] for name in matrices if token_id in copies[name]), None)
         watched.append(WatchedRow(
             token_id, texts.get(token_id), plan.watched[token_id],
@@ -368,7 +377,8 @@ def judge_rows(plan: RowPlan, weights: WeightRows, texts: Mapping[int, str | Non
     untrained_candidates = []
     for token_id in plan.candidates:
         for name, rows in matrices.items():
-            if token_id in rows and _untrained_reasons(token_id, name, rows, baselines.get(name), copies[name]):
+            if token_id in rows and _untrained_reasons(token_id, name, rows, baselines.get(name), copies[name],
+                                                       norms[name][token_id]):
                 untrained_candidates.append(token_id)
                 break
     return WeightsReport(weights, tuple(watched), baselines, len([i for i in plan.candidates if i in weights.embedding_rows]),
