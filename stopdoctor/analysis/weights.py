@@ -32,9 +32,9 @@ import operator
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from stopdoctor.core.records import record
 
 from stopdoctor.analysis.core import Analysis
+from stopdoctor.core.records import record
 from stopdoctor.facts.weights import WeightRows
 from stopdoctor.runtimes.stops import tokenizer_eos
 

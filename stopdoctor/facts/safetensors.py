@@ -19,12 +19,12 @@ import os
 import stat
 import struct
 from collections.abc import Iterable, Mapping
-from stopdoctor.core.records import record
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
 from stopdoctor.core.errors import InputError
+from stopdoctor.core.records import record
 from stopdoctor.facts.floats import Row, row_of
 
 # safetensors refuses headers over 100 MB (safetensors/src/tensor.rs MAX_HEADER_SIZE).
