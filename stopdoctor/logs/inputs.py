@@ -31,6 +31,14 @@ from stopdoctor.core.errors import InputError
 # 8 MB is far past any real answer; DuckDB holds a line several times over while it parses it,
 # and its read buffer (16 lines of this size) must fit in its memory limit.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+
+# DuckDB's memory for one run: past it, line numbering and the records spill to the temp
+# directory, so a log of any size is read in bounded memory (STOPDOCTOR_LOGS_MEMORY overrides).
+# Not less: the ordered parallel read (`query._ordered_read`) holds a few batches out of order, and with
+# 512 MB DuckDB ran it on one thread (measured on 2 threads, 1M and 10M lines: serial at 512 MB,
+# parallel at 576 MB; peak RSS of the whole 10M-line report 876 MiB).
+MEMORY_LIMIT = "576MB"
+
 # A .gz of JSON logs expands 5-15 times; 100 is generous, and a 5 MB file of 5 GB is a bomb.
 MAX_GZ_RATIO = 100
 GZ_ALLOWANCE = 256 * 1024 * 1024
@@ -185,7 +193,7 @@ def read_error(path: str, message: str) -> InputError:
         # The file is readable: the work did not fit DuckDB's memory limit (a shape the query
         # holds more of, e.g. every Gemini response's text until its stream is grouped).
         return InputError(f"{path}: DuckDB ran out of its memory limit reading it ({first})",
-                          hint="raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default 576MB)")
+                          hint=f"raise the limit, e.g. STOPDOCTOR_LOGS_MEMORY=4GB (default {MEMORY_LIMIT})")
     if "state machine reached an invalid state" in message:
         # What is left of DuckDB's line-end detection after `check_log_file`'s CRLF + LF case: a CR
         # that ends no line among lines ending with LF (a JSON line never holds a raw CR in a string)

@@ -27,7 +27,7 @@ from typing import Any
 
 from stopdoctor.analysis.diagnose import FINISH_LENGTH, Diagnosis, Generation, HallucinatedTurn, StopCause, diagnose, headline_turn
 from stopdoctor.core.errors import InputError, MissingDependencyError
-from stopdoctor.logs.inputs import check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
+from stopdoctor.logs.inputs import MEMORY_LIMIT, check_log_file, is_encoding_error, literal_path, read_error, utf8_copy
 from stopdoctor.logs.groups import sample_groups
 from stopdoctor.logs.oneparse import drop_redone_sql, one_parse_sql, redo_lines
 from stopdoctor.logs.records import normalise_sql, prepared_lines, streams_sql
@@ -50,12 +50,6 @@ RECORD_COLUMNS = (
     "reasoning_share DOUBLE, think_ends BIGINT, empty_answer BOOLEAN, empty_stop BOOLEAN, text VARCHAR, reasoning VARCHAR, "
     "finish_hint VARCHAR, stream_id VARCHAR")
 
-# DuckDB's memory for one run: past it, line numbering and the records spill to the temp
-# directory, so a log of any size is read in bounded memory (STOPDOCTOR_LOGS_MEMORY overrides).
-# Not less: the ordered parallel read (`_ordered_read`) holds a few batches out of order, and with
-# 512 MB DuckDB ran it on one thread (measured on 2 threads, 1M and 10M lines: serial at 512 MB,
-# parallel at 576 MB; peak RSS of the whole 10M-line report 876 MiB).
-MEMORY_LIMIT = "576MB"
 
 
 def connect():
