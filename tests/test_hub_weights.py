@@ -139,7 +139,10 @@ def _cache_snapshot(repo_id: str, folder: Path, with_weights: bool) -> Path:
     snapshot.mkdir(parents=True, exist_ok=True)
     for item in folder.iterdir():
         if item.is_file() and (with_weights or not item.name.endswith(".safetensors")):
-            os.link(item, snapshot / item.name) if item.suffix == ".safetensors" else shutil.copy(item, snapshot / item.name)
+            try:  # the weights linked where they can be (the models' cache may be on another file system)
+                os.link(item, snapshot / item.name) if item.suffix == ".safetensors" else shutil.copy(item, snapshot / item.name)
+            except OSError:
+                shutil.copy(item, snapshot / item.name)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(COMMIT)
     return snapshot
