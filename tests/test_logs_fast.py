@@ -342,7 +342,7 @@ def test_the_candidates_diagnosed_beside_duckdb_give_the_report_of_a_batch_at_a_
     def failing(text, *args):
         raise RuntimeError("a diagnosis failed")
 
-    monkeypatch.setattr(query, "CANDIDATES_HELD", 32 << 20)
+    monkeypatch.setattr(query, "CANDIDATES_HELD", 64 << 20)
     monkeypatch.setattr(query, "diagnose_text", failing)
     with pytest.raises(RuntimeError, match="a diagnosis failed"):
         analyze_logs([str(path)])

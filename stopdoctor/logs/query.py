@@ -537,7 +537,7 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
 # The distinct answers the prefilter kept, each diagnosed once in Python (`diagnose_text`).
 _CANDIDATES = "SELECT DISTINCT candidate_text, finish FROM rec WHERE turn_candidate AND candidate_text IS NOT NULL"
 # Up to this many characters of them are fetched whole and diagnosed beside DuckDB's statements.
-CANDIDATES_HELD = 32 * 1024 * 1024
+CANDIDATES_HELD = 64 * 1024 * 1024
 
 
 def _findings(candidates, vocabulary: TurnVocabulary) -> dict[tuple[str, str], Diagnosis]:
