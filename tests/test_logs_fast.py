@@ -8,7 +8,6 @@ import dataclasses
 import json
 import random
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -315,37 +314,6 @@ def test_each_distinct_candidate_answer_is_diagnosed_once(monkeypatch, tmp_path)
     turns = report.flagged["hallucinated-turn"]
     assert [line for _, line in turns] == [i + 1 for i in range(600) if i % 4 == 0]
 
-
-def test_the_candidates_diagnosed_beside_duckdb_give_the_report_of_a_batch_at_a_time(tmp_path, monkeypatch):
-    """The distinct turn candidates are diagnosed on a thread while the summary's statements run,
-    when they are few enough to hold (`query.CANDIDATES_HELD`), else a batch at a time after them:
-    the same report either way; a failure on the thread is raised in the caller, not lost."""
-    path = tmp_path / "bench.jsonl"
-    path.write_text("\n".join(bench_log_lines(4000)) + "\n")
-    threads: list[str] = []
-    diagnose = query.diagnose_text
-
-    def recording(text, *args):
-        threads.append(threading.current_thread().name)
-        return diagnose(text, *args)
-
-    monkeypatch.setattr(query, "diagnose_text", recording)
-    beside = analyze_logs([str(path)])
-    assert threads and set(threads) == {"stopdoctor-diagnose"}
-    threads.clear()
-    monkeypatch.setattr(query, "CANDIDATES_HELD", 0)
-    after = analyze_logs([str(path)])
-    assert threads and threading.main_thread().name in set(threads) and "stopdoctor-diagnose" not in threads
-    assert dataclasses.replace(beside, seconds=0) == dataclasses.replace(after, seconds=0)
-    assert beside.problems["hallucinated-turn"].count > 0
-
-    def failing(text, *args):
-        raise RuntimeError("a diagnosis failed")
-
-    monkeypatch.setattr(query, "CANDIDATES_HELD", 64 << 20)
-    monkeypatch.setattr(query, "diagnose_text", failing)
-    with pytest.raises(RuntimeError, match="a diagnosis failed"):
-        analyze_logs([str(path)])
 
 def test_a_log_whose_lines_end_both_with_crlf_and_lf_is_read_line_for_line(tmp_path):
     """A log appended to from Windows and Linux mixes CRLF and LF: DuckDB detects one line end a

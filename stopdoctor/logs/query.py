@@ -434,7 +434,6 @@ def diagnose_text(text: str, finish: str, vocabulary: TurnVocabulary) -> Diagnos
 
 def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: LogsSettings,
                lines: int) -> LogsSummary:
-    waiting = _findings_beside(con, vocabulary)
     (blank, bad, unrecognised, responses, multi_choice, streams, chunks), = _rows(con, """
         SELECT count(*) FILTER (blank), count(*) FILTER (bad), count(*) FILTER (shape IS NULL AND NOT blank AND NOT bad),
                count(*) FILTER (shape IS NOT NULL), count(*) FILTER (multi_choice),
@@ -499,7 +498,12 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     ran_models: Counter[str] = Counter()
     # Each distinct candidate answer (text, finish) is diagnosed once; then only the records of those
     # with a finding are fetched, in line order (an answer logged on many lines is not fetched per line).
-    findings = waiting() if waiting is not None else _findings(_batches(con, _CANDIDATES), vocabulary)
+    findings: dict[tuple[str, str], Diagnosis] = {}
+    for text, finish_value in _batches(con, "SELECT DISTINCT candidate_text, finish FROM rec "
+                                            "WHERE turn_candidate AND candidate_text IS NOT NULL"):
+        diagnosis = diagnose_text(text, finish_value, vocabulary)
+        if diagnosis.hallucinated_turn is not None or diagnosis.should_have_stopped is not None:
+            findings[(text, finish_value)] = diagnosis
     con.execute("CREATE OR REPLACE TEMP TABLE found AS SELECT unnest(?::VARCHAR[]) AS text, unnest(?::VARCHAR[]) AS finish",
                 [[t for t, _ in findings], [f for _, f in findings]])
     for f, line, model, raw, finish_value, text in _batches(
@@ -532,50 +536,6 @@ def _summarise(con, paths: Sequence[str], vocabulary: TurnVocabulary, settings: 
     return LogsSummary(tuple(paths), vocabulary.source, lines, blank, bad, bad_examples, unrecognised, responses,
                       shapes, finish, finish_raw, by_model, by_max_tokens, stop_reasons, problems, settings, 0.0, flagged,
                       multi_choice, finish_native, streams, chunks, charts(con) if responses else None)
-
-
-# The distinct answers the prefilter kept, each diagnosed once in Python (`diagnose_text`).
-_CANDIDATES = "SELECT DISTINCT candidate_text, finish FROM rec WHERE turn_candidate AND candidate_text IS NOT NULL"
-# Up to this many characters of them are fetched whole and diagnosed beside DuckDB's statements.
-CANDIDATES_HELD = 64 * 1024 * 1024
-
-
-def _findings(candidates, vocabulary: TurnVocabulary) -> dict[tuple[str, str], Diagnosis]:
-    findings: dict[tuple[str, str], Diagnosis] = {}
-    for text, finish_value in candidates:
-        diagnosis = diagnose_text(text, finish_value, vocabulary)
-        if diagnosis.hallucinated_turn is not None or diagnosis.should_have_stopped is not None:
-            findings[(text, finish_value)] = diagnosis
-    return findings
-
-
-def _findings_beside(con, vocabulary: TurnVocabulary) -> Callable[[], dict[tuple[str, str], Diagnosis]] | None:
-    """The candidates' findings computed on a thread of their own while the summary's DuckDB
-    statements run (DuckDB releases the GIL: on 1M lines ~0.4 s of Python beside ~0.5 s of SQL): a
-    function that waits for them. None when the candidates hold more than CANDIDATES_HELD
-    characters: they are then diagnosed a batch at a time, after, never held whole."""
-    (size,), = _rows(con, f"SELECT coalesce(sum(length(candidate_text)), 0) FROM ({_CANDIDATES})")
-    if size > CANDIDATES_HELD:
-        return None
-    candidates = _rows(con, _CANDIDATES)
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            outcome["findings"] = _findings(candidates, vocabulary)
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            outcome["error"] = error
-
-    worker = threading.Thread(target=work, name="stopdoctor-diagnose", daemon=True)
-    worker.start()
-
-    def wait() -> dict[tuple[str, str], Diagnosis]:
-        worker.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["findings"]
-
-    return wait
 
 
 def _batches(con, sql: str, size: int = 10_000):
