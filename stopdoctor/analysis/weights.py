@@ -263,7 +263,7 @@ def copies_of(rows: Mapping[int, Sequence[float]], known: Mapping[int, float] | 
     if len(ids) < 2:
         return {}
     pairs = _close_pairs(vectors, norms) if len(ids) <= SWEEP_ROWS else _close_pairs_numpy(vectors, norms)
-    best: dict[int, tuple[float, int]] = {}
+    best: dict[int, tuple[float, int]] = {}  # row -> (cosine, -id of its copy): the highest, then the lowest id
     for a, b, cosine in pairs:
         for one, other in ((a, b), (b, a)):
             if abs(norms[one] - norms[other]) > COPY_NORM_RATIO * max(norms[one], norms[other]):
@@ -271,7 +271,7 @@ def copies_of(rows: Mapping[int, Sequence[float]], known: Mapping[int, float] | 
             key = (round(cosine, 12), -ids[other])
             if one not in best or key > best[one]:
                 best[one] = key
-    return {ids[one]: -other for one, (_, other) in best.items()}
+    return {ids[one]: -negated for one, (_, negated) in best.items()}
 
 
 def _close_pairs(vectors: list[Sequence[float]], norms: list[float]) -> list[tuple[int, int, float]]:

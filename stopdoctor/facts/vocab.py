@@ -274,6 +274,17 @@ def add_token(vocab: Vocabulary, token_id: int, text: str, special: bool, locati
     vocab.token_locations.setdefault(token_id, location)
 
 
+def add_tokens(vocab: Vocabulary, ids: Sequence[int], texts: Sequence[str], special: bool, location: Location) -> None:
+    """`add_token` for each (id, text) pair, the dictionaries filled in C loops (a GGUF's thousands
+    of typed tokens)."""
+    deque(map(vocab.by_id.setdefault, ids, texts), maxlen=0)
+    deque(map(vocab.by_text.setdefault, texts, ids), maxlen=0)
+    vocab.added_ids.update(ids)
+    if special:
+        vocab.special_ids.update(ids)
+    deque(map(vocab.token_locations.setdefault, ids, repeat(location)), maxlen=0)
+
+
 # Set while a command that never encodes (inspect) reads its model: tokenizer.json is then loaded
 # without its merges (`_without_merges`). A command that encodes loads it whole once.
 _FOR_LOOKUPS: ContextVar[bool] = ContextVar("stopdoctor_tokenizer_for_lookups", default=False)
@@ -442,12 +453,7 @@ def read_gguf_vocab(vocab: Vocabulary, header: Any) -> None:
         # llama.cpp matches control and user-defined tokens whole (parse_special), like HF special
         # tokens. Gemma has 6,414 (its <unusedN>): added in C loops, decoded together.
         texts = tokens.texts_at(typed) if hasattr(tokens, "texts_at") else [tokens[i] for i in typed]
-        location = Location(header.path.name, "tokenizer.ggml.token_type")
-        deque(map(vocab.by_id.setdefault, typed, texts), maxlen=0)  # setdefault each, as `add_token`
-        deque(map(vocab.by_text.setdefault, texts, typed), maxlen=0)
-        deque(map(vocab.token_locations.setdefault, typed, repeat(location)), maxlen=0)
-        vocab.added_ids.update(typed)
-        vocab.special_ids.update(typed)
+        add_tokens(vocab, typed, texts, True, Location(header.path.name, "tokenizer.ggml.token_type"))
 
 
 def _all_strings(tokens: Sequence[Any]) -> bool:
