@@ -16,6 +16,7 @@ pytest.importorskip("duckdb")
 
 from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_WINDOW, RUN_GRAM, RUN_MIN_CHARS,
                                             RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
+from stopdoctor.core.errors import InputError
 from stopdoctor.logs import query
 from stopdoctor.logs.query import analyze_logs, connect
 from stopdoctor.logs.report import LogsSettings
@@ -360,3 +361,25 @@ def test_the_line_scan_says_when_lines_end_both_ways(tmp_path, text, both):
     path = tmp_path / "log.jsonl"
     path.write_bytes(text)
     assert check_log_file(str(path)) is both
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("last", [False, True])
+def test_a_line_over_the_limit_is_named_by_its_number_past_the_first_chunks(tmp_path, gz, last):
+    """The scan searches bytes and counts no line; the number of a line it refuses is counted
+    then: right after several 1 MB chunks of short lines (CRLF among them), as the last line
+    without a newline too, plain and gzipped."""
+    import gzip
+
+    from stopdoctor.logs.inputs import MAX_LINE_BYTES, check_log_file
+
+    short = [f'{{"n": {i}}}' + ("\r\n" if i % 7 == 0 else "\n") for i in range(250_000)]  # ~3 MB
+    long = b'{"x": "' + b"y" * MAX_LINE_BYTES + b'"}'
+    data = "".join(short).encode() + long + (b"" if last else b"\n" + b'{"n": 1}\n' * 10)
+    path = tmp_path / ("log.jsonl.gz" if gz else "log.jsonl")
+    path.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
+    with pytest.raises(InputError, match=rf"line {len(short) + 1:d} is longer than 8 MB"):
+        check_log_file(str(path))
+    plain = "".join(short).encode()  # the same lines without it: no refusal, both line ends
+    path.write_bytes(gzip.compress(plain, compresslevel=1) if gz else plain)
+    assert check_log_file(str(path)) is True
