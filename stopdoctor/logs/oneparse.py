@@ -1,7 +1,8 @@
 """The per-group read of a log file: each line's key group (`logs.groups`: one `json_keys`
 parse), then, for a group sampled from the file's first lines, one `json_extract_string` of only the
-paths that group can have, and the line's one answer computed in place as columns (no per-line list
-of answers to unnest, no array read again, a short query per file).
+paths that group can have, and the line's one answer computed in place (no per-line list of answers
+to unnest, no array read again, a short query per file): one struct a line from one CASE over the
+groups, not a CASE per column (1.7 % fewer instructions, callgrind on 200k lines).
 
 Exactness: a line of a sampled group has every other path NULL (`logs.groups`), so its
 fields are the general query's. A valid JSON line of a group the sample did not have, or with a
@@ -43,8 +44,9 @@ def one_parse_sql(source: str, vocabulary: TurnVocabulary, groups: Mapping[str, 
         return f"json_extract_string(line, [{', '.join(sql_string(p) for p in paths)}])" if paths else "CAST([] AS VARCHAR[])"
 
     names = list(next(iter(branches.values()))[2])
-    columns = ", ".join(f"{by_group(lambda b, n=name: b[2][n])} AS {name}" for name in names)
-    kept = ", ".join(f"CASE WHEN kind IS NOT NULL AND NOT redo THEN {name} END AS {name}" for name in names)
+    struct = by_group(lambda b: "struct_pack(" + ", ".join(f"{n} := {b[2][n]}" for n in names) + ")")
+    columns = f"{struct} AS a"
+    kept = ", ".join(f"CASE WHEN kind IS NOT NULL AND NOT redo THEN a.{name} END AS {name}" for name in names)
     return f"""
 WITH grouped AS (
     SELECT line_no, line, {BLANK_LINE} AS blank, CASE WHEN json_valid(line) THEN {group_sql('line')} END AS grp
