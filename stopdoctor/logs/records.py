@@ -19,13 +19,25 @@ from stopdoctor.logs.shapes import ANTHROPIC_EVENTS, FAMILY_FIELDS, STREAMED, FI
 from stopdoctor.logs.groups import group_sql, kept
 from stopdoctor.logs.sql import prefilter_sql, sql_string
 from stopdoctor.logs.vocabulary import TurnVocabulary
-from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_WINDOW, RUN_GRAM,
+from stopdoctor.analysis.repetition import (REPETITION_MIN_WORDS, REPETITION_THRESHOLD, REPETITION_WINDOW, RUN_GRAM,
                                             RUN_MIN_CHARS, RUN_RULE_CHARACTERS, RUN_THRESHOLD, RUN_WINDOW)
 
 # Problem thresholds (documented in the README and the rules' docs); the repetition ones are
 # `analysis.repetition`'s, shared with `generate`.
 REASONING_SHARE = 0.9  # reasoning tokens of the output tokens, for reasoning-consumed-budget
 TAIL = 120  # characters of an answer's end kept for examples
+
+# Which records each problem of a lie counts, as a condition on the records (`logs.summary`).
+LIE_CONDITIONS = {
+    "truncated-but-reported-finished": "truncated_finished",
+    # vLLM's runtime loop stop (finish_reason `repetition`) is a loop the engine cut, not a success
+    "degenerate-repetition": f"(repetition >= {REPETITION_THRESHOLD} OR lower(finish) = 'repetition')",
+    "reasoning-consumed-budget": "reasoning_budget",
+    "empty-answer": "empty_stop",
+}
+# The records an example can be drawn from (budget-truncated and mid-sentence are cut by the budget; the
+# lies): only those keep the end of their text (`tail`).
+EXAMPLE_TAILS = "(finish = 'length' OR " + " OR ".join(LIE_CONDITIONS.values()) + ")"
 
 
 # A path a key group cannot have. DuckDB folds it away; an array helper given it returns it as it
@@ -127,10 +139,11 @@ TIMES_FROM, TIMES_UNTIL = "1990-01-01", "2200-01-01"
 def _timestamp(expr: str) -> str:
     """ISO text or Unix time in seconds, ms, µs or ns (told apart by size), as a UTC TIMESTAMP;
     NULL outside `TIMES_FROM`..`TIMES_UNTIL`."""
-    d = f"try_cast({expr} AS DOUBLE)"
-    parsed = (f"CASE WHEN {expr} IS NULL THEN NULL WHEN {d} IS NOT NULL THEN try(make_timestamp(CAST("
-              f"CASE WHEN {d} > 1e17 THEN {d} / 1000 WHEN {d} > 1e14 THEN {d} WHEN {d} > 1e11 THEN {d} * 1000 "
-              f"ELSE {d} * 1000000 END AS BIGINT))) ELSE try(try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END")
+    # the number cast once (a lambda's argument), not once a comparison
+    parsed = (f"CASE WHEN {expr} IS NOT NULL THEN list_transform([try_cast({expr} AS DOUBLE)], lambda d: "
+              "CASE WHEN d IS NOT NULL THEN try(make_timestamp(CAST("
+              "CASE WHEN d > 1e17 THEN d / 1000 WHEN d > 1e14 THEN d WHEN d > 1e11 THEN d * 1000 "
+              f"ELSE d * 1000000 END AS BIGINT))) ELSE try(try_cast({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC') END)[1] END")
     return (f"list_filter([{parsed}], lambda t: t >= TIMESTAMP '{TIMES_FROM}' AND t < TIMESTAMP '{TIMES_UNTIL}')[1]")
 
 
@@ -545,8 +558,7 @@ WITH normalised AS (
                                ELSE text END) END AS visible,
            CASE WHEN finish = 'length' THEN (length(text) - length(replace(text, '</think>', ''))) // 8 END AS think_ends,
            CASE WHEN finish = 'stop' AND length(text) >= {RUN_MIN_CHARS}
-                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run,
-           rtrim(coalesce(nullif(text, ''), reasoning)) AS shown
+                THEN regexp_extract(text, '(\S+)\s*$', 1) END AS last_run
     FROM normalised
 ), ran AS (
     -- a loop without whitespace: the last run of non-space characters (`analysis.repetition`)
@@ -558,7 +570,7 @@ WITH normalised AS (
     SELECT *, CASE WHEN run IS NOT NULL THEN 1 - len(list_distinct(list_transform(range(1, length(run) - {RUN_GRAM - 2}),
                 lambda i: substring(run, i, {RUN_GRAM})))) / (length(run) - {RUN_GRAM - 1}) END AS run_share
     FROM ran
-)
+), flagged AS (
 SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, max_tokens, stop_reason,
        output_tokens, reasoning_tokens, ts,
        {'chunks' if relation == 'streams' else f"CASE WHEN kind IN ({_streamed()}) THEN 0 ELSE 1 END"} AS chunks,
@@ -566,7 +578,7 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
        CASE WHEN finish = 'length' AND text IS NOT NULL AND rtrim(text) <> ''
             THEN NOT regexp_matches(rtrim(text), {sql_string(_SENTENCE_END_SQL)}) ELSE false END AS mid_sentence,
        CASE WHEN turn_candidate THEN text END AS candidate_text,
-       CASE WHEN length(shown) > {TAIL} THEN '…' || right(shown, {TAIL}) ELSE shown END AS tail,
+       CAST(NULL AS VARCHAR) AS tail,  -- written below, where an example can show it
        coalesce(multi_choice, false) AND kind IS NOT NULL AS multi_choice,
        -- truncated-but-reported-finished: finished by its own account, yet exactly at the budget
        CASE WHEN finish IN ('stop', 'tool_calls') AND output_tokens IS NOT NULL AND max_tokens IS NOT NULL AND NOT coalesce(multi_choice, false)
@@ -592,8 +604,17 @@ SELECT line_no, choice, blank, bad, kind AS shape, finish_raw, finish, model, ma
                  AND lower(coalesce(finish_raw, '')) <> 'pause_turn'
             THEN NOT regexp_matches(coalesce(text, ''), '\S') ELSE false END AS empty_stop,
        text, reasoning, finish_hint, stream_id
-FROM shared
+    FROM shared
+)
+-- the end of the answer (or of its reasoning) an example shows: only on the records an example can be
+-- (cut by the budget, or flagged by a lie); on the others it would be ~100 bytes written for nothing
+SELECT * REPLACE (CASE WHEN {EXAMPLE_TAILS} THEN {_tail("rtrim(coalesce(nullif(text, ''), reasoning))")} END AS tail)
+FROM flagged
 """
+
+
+def _tail(shown: str) -> str:
+    return f"CASE WHEN length({shown}) > {TAIL} THEN '…' || right({shown}, {TAIL}) ELSE {shown} END"
 
 
 _WHITESPACE = "(chr(9) || chr(10) || chr(12) || chr(13) || ' ')"  # RE2's \s, counted before a word split

@@ -11,22 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stopdoctor.logs.records import REASONING_SHARE
+from stopdoctor.logs.records import LIE_CONDITIONS, REASONING_SHARE
 from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 from stopdoctor.logs.report import HISTOGRAM_BINS, PROBLEMS, Charts, Example, Problem, Timeline, TokenHistogram
 
 BAD_EXAMPLES = 5  # bad lines whose numbers the report shows
 FLAGGED_LIMIT = 10_000  # flagged (file, line) listed per problem of a lie
-
-# Which records each problem counts, as a condition on the records table.
-LIE_CONDITIONS = {
-    "truncated-but-reported-finished": "truncated_finished",
-    # vLLM's runtime loop stop (finish_reason `repetition`) is a loop the engine cut, not a success
-    "degenerate-repetition": f"(repetition >= {REPETITION_THRESHOLD} OR lower(finish) = 'repetition')",
-    "reasoning-consumed-budget": "reasoning_budget",
-    "empty-answer": "empty_stop",
-}
-
 
 def _detail(key: str, finish, tail, output_tokens, max_tokens, repetition, reasoning_share, think_ends,
             empty_answer) -> str:
