@@ -20,7 +20,7 @@ from stopdoctor.core.errors import InputError
 from stopdoctor.logs import query
 from stopdoctor.logs.query import analyze_logs, connect
 from stopdoctor.logs.report import LogsSettings
-from stopdoctor.logs.records import REASONING_SHARE, TAIL, derived_sql, normalised_finish_sql
+from stopdoctor.logs.flags import REASONING_SHARE, TAIL, derived_sql, normalised_finish_sql
 from stopdoctor.logs.sql import prefilter_sql, sql_string
 from stopdoctor.logs.vocabulary import builtin_vocabulary
 from tests.helpers import bench_log_lines

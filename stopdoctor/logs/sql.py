@@ -126,3 +126,8 @@ def is_parquet(path: str) -> bool:
 def is_remote(path: str) -> bool:
     """A URL DuckDB opens itself (s3://, https://, ...), not a local file."""
     return bool(re.match(r"^[a-z][a-z0-9+]*://", path))
+
+
+def whole_number_sql(expr: str) -> str:
+    """SQL: `expr` (a number logged as text or a number) as a BIGINT; NULL when it is neither."""
+    return f"try_cast(try_cast({expr} AS DOUBLE) AS BIGINT)"

@@ -1,17 +1,17 @@
 """The records table summarised beyond the finish-reason counts: the problems of finish
 reasons that lie (`truncated-but-reported-finished`, `degenerate-repetition`,
-`reasoning-consumed-budget`, `empty-answer`, flagged per answer by `logs.records.derived_sql`) and the
+`reasoning-consumed-budget`, `empty-answer`, flagged per answer by `logs.flags.derived_sql`) and the
 figures the pictures are drawn from (output tokens against max_tokens, finish reasons over time).
 Every figure is a GROUP BY in DuckDB; only the examples that are printed come back to Python.
 
-Imports: logs (records' thresholds, report). Runs SQL on a connection it is given.
+Imports: logs (flags' thresholds and lie conditions, report). Runs SQL on a connection it is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from stopdoctor.logs.records import LIE_CONDITIONS, REASONING_SHARE
+from stopdoctor.logs.flags import LIE_CONDITIONS, REASONING_SHARE
 from stopdoctor.analysis.repetition import REPETITION_THRESHOLD
 from stopdoctor.logs.report import HISTOGRAM_BINS, PROBLEMS, Charts, Example, Problem, Timeline, TokenHistogram
 
