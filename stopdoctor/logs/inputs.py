@@ -50,7 +50,7 @@ _CHUNK = 1 << 20
 def check_log_file(path: str) -> bool:
     """A local log input: a regular file, no line longer than `MAX_LINE_BYTES`, and a `.gz` that
     does not expand past its bound. One streaming pass of one-byte searches (memchr: as fast as the
-    file is read; measured 0.37 s -> 0.08 s on 389 MB, benchmarks/RESULTS.md): DuckDB
+    file is read; 0.27-0.43 s -> 0.03-0.04 s on 389 MB, benchmarks/RESULTS.md): DuckDB
     itself drops a line longer than its read buffer without a word, and holds a long line many
     times over while it parses it.
 
