@@ -6,7 +6,7 @@ are converted here with the standard library: F32 as it lies, BF16 by widening e
 upper half of a float32 (exact), F16 through `struct`'s half-precision format (exact), FP8
 E4M3/E5M2 by table and by widening to F16 (exact), F64 and the integer types by C conversion
 (round to nearest, overflow to infinity, as numpy's `astype(float32)`).
-tests/test_weights.py checks each against numpy, safetensors and torch.
+tests/test_weights_rows.py checks each dtype's bytes against numpy's reading of them.
 
 Imports: the standard library only.
 """

@@ -208,4 +208,3 @@ def read_rows(source: ByteSource, tensor: SafetensorsTensor, ids: Iterable[int])
     read_many = getattr(source, "read_many", None)  # a remote file reads them in a few parallel requests
     chunks = read_many(spans) if read_many is not None else [source.read(*span) for span in spans]
     return {token_id: row_of(chunk, tensor.dtype) for token_id, chunk in zip(wanted, chunks)}
-

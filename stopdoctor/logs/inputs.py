@@ -18,6 +18,7 @@ Imports: the standard library, `stopdoctor.core.errors`.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import stat
@@ -70,7 +71,7 @@ def check_log_file(path: str) -> bool:
         return False  # rows, not lines; zstd is left to DuckDB
     compressed = path.lower().endswith(".gz")
     bound = info.st_size * MAX_GZ_RATIO + GZ_ALLOWANCE
-    chunks = lambda: _chunks(path, compressed, bound, info.st_size)  # noqa: E731
+    chunks = functools.partial(_chunks, path, compressed, bound, info.st_size)  # each call reads the file anew
     scan = _LineScan(path, chunks)
     for chunk in chunks():
         scan.feed(chunk)

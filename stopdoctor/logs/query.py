@@ -51,7 +51,6 @@ RECORD_COLUMNS = (
     "finish_hint VARCHAR, stream_id VARCHAR")
 
 
-
 def connect():
     """A DuckDB connection in bounded memory (spilling to a temp folder), and the duckdb module."""
     try:
